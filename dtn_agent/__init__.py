@@ -1,0 +1,1 @@
+"""tsdn's agent for data transfer nodes: host facts, transfer engines and rate reports."""

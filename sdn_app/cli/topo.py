@@ -1,0 +1,127 @@
+"""`tsdn topo ...`: validate, show and import topology files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from sdn_app.cli.output import print_json, table
+from sdn_app.core.errors import InvalidArgument
+from sdn_app.core.topology import Topology
+from sdn_app.core.topology_schema import dump_topology_spec
+from sdn_app.core.units import format_bandwidth, parse_bandwidth
+from topologies import resolve_topology
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `topo` and its subcommands."""
+    parser = commands.add_parser("topo", help="topology files: validate, show, import")
+    sub = parser.add_subparsers(dest="topo_command", metavar="SUBCOMMAND", required=True)
+
+    validate = sub.add_parser("validate", help="check a topology file; exit 2 with every problem if invalid")
+    validate.add_argument("file", help="topology YAML, or a built-in name (sc16, ring8)")
+    validate.set_defaults(run=run_validate)
+
+    show = sub.add_parser("show", help="print a topology's switches, links, DTNs and sites")
+    show.add_argument("file", help="topology YAML, or a built-in name (sc16, ring8)")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.set_defaults(run=run_show)
+
+    imp = sub.add_parser("import", help="convert an Internet Topology Zoo GraphML file to a topology file")
+    imp.add_argument("file", help="GraphML file from the Internet Topology Zoo")
+    imp.add_argument("--link-capacity", required=True, metavar="BW",
+                     help="capacity of links whose speed the file does not give, e.g. 100G")
+    imp.add_argument("--dtns", action="store_true", help="attach one DTN <node>-dtn to every node")
+    imp.add_argument("--name", help="topology name (default: the file's network name)")
+    imp.add_argument("-o", "--output", help="where to write the YAML (default: standard output)")
+    imp.set_defaults(run=run_import)
+
+
+def load(ref: str) -> Topology:
+    """Load the topology named by a path or built-in name."""
+    return Topology.load(resolve_topology(ref))
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    """`tsdn topo validate FILE`."""
+    topology = load(args.file)
+    print(f"ok: {topology.source}: {topology.summary()}")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    """`tsdn topo show FILE [--json]`."""
+    topology = load(args.file)
+    if args.json:
+        data = topology.spec.model_dump(mode="json")
+        data["source"] = topology.source
+        print_json(data)
+        return 0
+    print(topology.summary())
+    if topology.spec.description:
+        print(topology.spec.description.strip())
+    print()
+    print(table(
+        ["SWITCH", "DPID", "PORTS", "SITE"],
+        [(s.name, f"{s.dpid:#018x}", len(s.ports), _site_name(topology, s.name)) for s in topology.spec.switches],
+    ))
+    print()
+    rows = []
+    for link in topology.spec.links:
+        forward, backward = topology.link_directions[link.label]
+        capacity = format_bandwidth(forward.capacity)
+        if backward.capacity != forward.capacity:
+            capacity += f"/{format_bandwidth(backward.capacity)}"
+        rows.append((link.label, f"{link.a}:{link.a_port}", f"{link.b}:{link.b_port}", capacity,
+                     "" if link.latency_ms is None else f"{link.latency_ms:g}", link.kind))
+    print(table(["LINK", "A", "B", "CAPACITY", "LATENCY_MS", "KIND"], rows))
+    if topology.spec.dtns:
+        print()
+        print(table(
+            ["DTN", "ATTACHED", "IPV4", "MAC", "NIC", "NUMA"],
+            [(d.name, f"{d.switch}:{d.port}", d.ipv4, d.mac, format_bandwidth(d.nic_speed),
+              "unknown" if d.numa_node < 0 else d.numa_node) for d in topology.spec.dtns],
+        ))
+    return 0
+
+
+def _site_name(topology: Topology, switch: str) -> str:
+    site = topology.site_of(switch)
+    return site.name if site else "-"
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """`tsdn topo import FILE.graphml --link-capacity BW [--dtns] [-o OUT.yaml]`."""
+    from topologies.zoo_import import import_zoo
+
+    capacity = parse_bandwidth(args.link_capacity, "--link-capacity")
+    result = import_zoo(args.file, capacity, with_dtns=args.dtns, name=args.name)
+    text = dump_topology_spec(result.spec)
+    for warning in result.warnings:
+        print(f"tsdn: warning: {warning}", file=sys.stderr)
+    summary = Topology(result.spec).summary()
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        try:
+            _write_atomically(Path(args.output), text)
+        except OSError as exc:
+            raise InvalidArgument(f"--output {args.output}: cannot write: {exc.strerror or exc}") from None
+        print(f"wrote {args.output}: {summary}", file=sys.stderr)
+    return 0
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    """Write `text` to `target` so that readers see the old file or the whole new one."""
+    directory = target.resolve().parent
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

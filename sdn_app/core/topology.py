@@ -1,0 +1,184 @@
+"""The WAN model: switches, directed link capacities and DTN attachments over networkx.
+
+Every physical link becomes two `LinkDirection`s (one per direction, each with its own
+capacity), and every DTN's access link two more; bandwidth is booked per direction. The
+switch graph is a `networkx.MultiDiGraph` so parallel links between two switches stay
+distinct.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import networkx as nx
+
+from sdn_app.core.errors import InvalidArgument, NotFound
+from sdn_app.core.topology_schema import DtnSpec, LinkSpec, SiteSpec, SwitchSpec, TopologySpec, load_topology_spec
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDirection:
+    """One direction of a link: from `src` port `src_port` to `dst` port `dst_port`.
+
+    For a DTN's access link one end is the DTN itself (its port is 0).
+    """
+
+    id: str
+    link: str
+    src: str
+    src_port: int
+    dst: str
+    dst_port: int
+    capacity: int
+    latency_ms: float | None
+    kind: str
+
+    @property
+    def is_access(self) -> bool:
+        """Whether this direction joins a DTN to its switch."""
+        return self.kind == "access"
+
+
+def direction_id(src: str, src_port: int, dst: str, dst_port: int) -> str:
+    """Name a direction `src:port->dst:port` (port 0, the DTN side, is left out)."""
+    left = f"{src}:{src_port}" if src_port else src
+    right = f"{dst}:{dst_port}" if dst_port else dst
+    return f"{left}->{right}"
+
+
+class Topology:
+    """A validated WAN: lookups by name and the directed switch graph for path search."""
+
+    def __init__(self, spec: TopologySpec, source: str = "<memory>"):
+        self.spec = spec
+        self.source = source
+        self.name = spec.name
+        self.switches: dict[str, SwitchSpec] = {s.name: s for s in spec.switches}
+        self.links: dict[str, LinkSpec] = {link.label: link for link in spec.links}
+        self.dtns: dict[str, DtnSpec] = {d.name: d for d in spec.dtns}
+        self.sites: dict[str, SiteSpec] = {s.name: s for s in spec.sites}
+        self.directions: dict[str, LinkDirection] = {}
+        self.link_directions: dict[str, tuple[LinkDirection, LinkDirection]] = {}
+        self.graph = nx.MultiDiGraph(name=spec.name)
+        self.graph.add_nodes_from(self.switches)
+        for link in spec.links:
+            forward = self._add_direction(link, link.a, link.a_port, link.b, link.b_port,
+                                          link.capacity_ab or link.capacity)
+            backward = self._add_direction(link, link.b, link.b_port, link.a, link.a_port,
+                                           link.capacity_ba or link.capacity)
+            self.link_directions[link.label] = (forward, backward)
+        self._access: dict[str, tuple[LinkDirection, LinkDirection]] = {}
+        for dtn in spec.dtns:
+            up = LinkDirection(direction_id(dtn.name, 0, dtn.switch, dtn.port), dtn.name,
+                               dtn.name, 0, dtn.switch, dtn.port, dtn.nic_speed, None, "access")
+            down = LinkDirection(direction_id(dtn.switch, dtn.port, dtn.name, 0), dtn.name,
+                                 dtn.switch, dtn.port, dtn.name, 0, dtn.nic_speed, None, "access")
+            self.directions[up.id] = up
+            self.directions[down.id] = down
+            self._access[dtn.name] = (up, down)
+        self.all_links_have_latency = bool(spec.links) and all(
+            link.latency_ms is not None for link in spec.links
+        )
+        self.adjacency: dict[str, dict[str, tuple[LinkDirection, ...]]] = {name: {} for name in self.switches}
+        for direction in self.directions.values():
+            if not direction.is_access:
+                out = self.adjacency[direction.src]
+                out[direction.dst] = (*out.get(direction.dst, ()), direction)
+        self._by_dpid = {s.dpid: s.name for s in spec.switches}
+        self._by_pair: dict[frozenset[str], list[str]] = {}
+        for link in spec.links:
+            self._by_pair.setdefault(frozenset((link.a, link.b)), []).append(link.label)
+
+    def _add_direction(self, link: LinkSpec, src: str, src_port: int, dst: str, dst_port: int,
+                       capacity: int | None) -> LinkDirection:
+        assert capacity is not None  # the schema check guarantees one per direction
+        direction = LinkDirection(direction_id(src, src_port, dst, dst_port), link.label,
+                                  src, src_port, dst, dst_port, capacity, link.latency_ms, link.kind)
+        self.directions[direction.id] = direction
+        self.graph.add_edge(src, dst, key=direction.id, direction=direction)
+        return direction
+
+    @cached_property
+    def protectable_groups(self) -> dict[str, int]:
+        """Switch -> id of its 2-edge-connected component: two switches can be joined by
+        link-disjoint paths only when they share an id (parallel links count as two)."""
+        simple = nx.Graph()
+        simple.add_nodes_from(self.switches)
+        multiplicity: dict[frozenset[str], int] = {}
+        for link in self.spec.links:
+            simple.add_edge(link.a, link.b)
+            pair = frozenset((link.a, link.b))
+            multiplicity[pair] = multiplicity.get(pair, 0) + 1
+        simple.remove_edges_from([(u, v) for u, v in nx.bridges(simple) if multiplicity[frozenset((u, v))] == 1])
+        return {node: i for i, part in enumerate(nx.connected_components(simple)) for node in part}
+
+    @classmethod
+    def load(cls, path: str | Path) -> Topology:
+        """Read, validate and model the topology file at `path`."""
+        return cls(load_topology_spec(path), str(path))
+
+    def capacities(self) -> dict[str, int]:
+        """Return every direction's capacity in bits/s, access links included."""
+        return {d.id: d.capacity for d in self.directions.values()}
+
+    def dtn(self, name: str) -> DtnSpec:
+        """Return the DTN called `name` or raise `NotFound` listing the known ones."""
+        try:
+            return self.dtns[name]
+        except KeyError:
+            known = ", ".join(sorted(self.dtns)[:12]) or "none"
+            raise NotFound(f"unknown DTN {name!r} in topology {self.name} (known: {known})") from None
+
+    def access(self, dtn: str) -> tuple[LinkDirection, LinkDirection]:
+        """Return the (DTN->switch, switch->DTN) directions of `dtn`'s access link."""
+        self.dtn(dtn)
+        return self._access[dtn]
+
+    def switch_by_dpid(self, dpid: int) -> str | None:
+        """Return the name of the switch with datapath id `dpid`, if declared."""
+        return self._by_dpid.get(dpid)
+
+    def site_of(self, switch: str) -> SiteSpec | None:
+        """Return the site that holds `switch`, if any."""
+        for site in self.spec.sites:
+            if switch in site.switches:
+                return site
+        return None
+
+    def resolve_links(self, ref: str) -> list[str]:
+        """Return link names meant by `ref`: a link name, or `a--b` for every link between a and b."""
+        if ref in self.links:
+            return [ref]
+        if "--" in ref:
+            left, _, right = ref.partition("--")
+            found = self._by_pair.get(frozenset((left, right)))
+            if found and left != right:
+                return list(found)
+        raise NotFound(f"unknown link {ref!r} in topology {self.name}: give a link name or 'switch--switch'")
+
+    def resolve_elements(self, refs: Iterable[str], what: str) -> tuple[frozenset[str], frozenset[str]]:
+        """Split switch names and link references in `refs` into (switches, link names).
+
+        Raises `InvalidArgument` naming `what` (the request field) for anything unknown.
+        """
+        switches: set[str] = set()
+        links: set[str] = set()
+        for ref in refs:
+            if ref in self.switches:
+                switches.add(ref)
+                continue
+            try:
+                links.update(self.resolve_links(ref))
+            except NotFound:
+                raise InvalidArgument(
+                    f"{what}: {ref!r} is neither a switch nor a link of topology {self.name}"
+                ) from None
+        return frozenset(switches), frozenset(links)
+
+    def summary(self) -> str:
+        """One line: name and counts."""
+        return (f"{self.name}: {len(self.switches)} switches, {len(self.links)} links, "
+                f"{len(self.dtns)} DTNs, {len(self.sites)} sites")
