@@ -54,7 +54,7 @@ def _dpid(value: Any) -> int:
                 number = int(text, 0)
         except ValueError:
             raise PydanticCustomError(
-                "dpid", "cannot read {value!r} as a datapath id (42, 0x2a or 00:00:00:00:00:00:00:2a)",
+                "dpid", "cannot read '{value}' as a datapath id (42, 0x2a or 00:00:00:00:00:00:00:2a)",
                 {"value": value},
             ) from None
     else:
@@ -75,12 +75,12 @@ def _ports(value: Any) -> list[int]:
             continue
         match = _RANGE_RE.match(item) if isinstance(item, str) else None
         if not match:
-            raise PydanticCustomError("ports", "cannot read {item!r} as a port or range", {"item": item})
+            raise PydanticCustomError("ports", "cannot read '{item}' as a port or range", {"item": item})
         first, last = int(match[1]), int(match[2])
         if first > last:
-            raise PydanticCustomError("ports", "range {item!r} runs backwards", {"item": item})
+            raise PydanticCustomError("ports", "range '{item}' runs backwards", {"item": item})
         if last - first >= MAX_PORTS_PER_SWITCH:
-            raise PydanticCustomError("ports", "range {item!r} is too large", {"item": item})
+            raise PydanticCustomError("ports", "range '{item}' is too large", {"item": item})
         ports.extend(range(first, last + 1))
     bad = [p for p in ports if not 1 <= p <= MAX_PORT]
     if bad:

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Prepare a Debian 12 machine for tsdn, as root: Debian packages, Open vSwitch (userspace
+# datapath: the kernel has no openvswitch module), a venv with tsdn installed. Idempotent and
+# quick when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(
+    python3 python3-venv python3-pip  # Debian's python3 is the one mininet works with
+    mininet openvswitch-switch        # emulated WAN on real OVS switches
+    iperf3 iputils-ping ethtool numactl iproute2 psmisc
+)
+
+missing=()
+for package in "${DEBIAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "bootstrap: missing Debian packages (${missing[*]}); run as root to install them" >&2
+        exit 1
+    fi
+    echo "bootstrap: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# A venv over Debian's /usr/bin/python3 that still sees Debian's mininet package.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then
+    rm -rf .venv
+    /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+stamp=.venv/.tsdn-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+    touch "$stamp"
+fi
+
+# Open vSwitch in userspace (ENVIRONMENT.md); its ulimit warning is harmless.
+if [ "$(id -u)" -eq 0 ] && ! ovs-vsctl --timeout=5 show >/dev/null 2>&1; then
+    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor >/dev/null 2>&1 || true
+    ovs-vsctl --timeout=10 show >/dev/null || { echo "bootstrap: Open vSwitch did not start" >&2; exit 1; }
+fi

@@ -1,0 +1,140 @@
+"""Topology files: every kind of bad input is refused with file and field named."""
+
+import copy
+
+import pytest
+import yaml
+
+from sdn_app.core.errors import InvalidArgument, TopologyError
+from sdn_app.core.topology import Topology
+from sdn_app.core.topology_schema import dump_topology_spec, load_topology_spec, parse_topology_spec
+
+GOOD = {
+    "name": "tiny",
+    "switches": [
+        {"name": "s1", "dpid": 1, "ports": ["1-4"]},
+        {"name": "booth-dell", "dpid": "00:00:00:00:00:00:00:02", "ports": [1, 2, 3]},
+        {"name": "s3", "dpid": "0x3", "ports": [1, 2, 3]},
+    ],
+    "links": [
+        {"a": "s1", "a_port": 1, "b": "booth-dell", "b_port": 1, "capacity": "100G", "kind": "wan"},
+        {"name": "l2", "a": "booth-dell", "a_port": 2, "b": "s3", "b_port": 1, "capacity_ab": "40G",
+         "capacity_ba": "10G", "latency_ms": 2.5},
+        {"name": "l3", "a": "s3", "a_port": 2, "b": "s1", "b_port": 2, "capacity": "1T"},
+        {"name": "l3b", "a": "s3", "a_port": 3, "b": "s1", "b_port": 3, "capacity": "1T"},
+    ],
+    "dtns": [
+        {"name": "d1", "switch": "s1", "port": 4, "ipv4": "10.0.0.1", "mac": "02:00:00:00:00:01",
+         "nic_speed": "100G", "numa_node": 0},
+        {"name": "d2", "switch": "booth-dell", "port": 3, "ipv4": "10.0.0.2", "mac": "02:00:00:00:00:02",
+         "nic_speed": "25G"},
+    ],
+    "sites": [{"name": "Salt Lake", "lat": 40.76, "lon": -111.89, "kind": "booth", "switches": ["s1", "booth-dell"]}],
+}
+
+
+def write(tmp_path, data, name="topo.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def problems_for(tmp_path, mutate):
+    data = copy.deepcopy(GOOD)
+    mutate(data)
+    path = write(tmp_path, data)
+    with pytest.raises(TopologyError) as caught:
+        load_topology_spec(path)
+    assert all(p.startswith(f"{path}: ") for p in caught.value.problems)
+    return [p.removeprefix(f"{path}: ") for p in caught.value.problems]
+
+
+def test_good_file_builds_the_model(tmp_path):
+    topology = Topology.load(write(tmp_path, GOOD))
+    assert set(topology.switches) == {"s1", "booth-dell", "s3"}
+    assert topology.switch_by_dpid(2) == "booth-dell"
+    forward, backward = topology.link_directions["l2"]
+    assert (forward.id, forward.capacity) == ("booth-dell:2->s3:1", 40 * 10**9)
+    assert (backward.id, backward.capacity) == ("s3:1->booth-dell:2", 10 * 10**9)
+    # parallel links stay distinct in the graph
+    assert topology.graph.number_of_edges("s3", "s1") == 2
+    assert topology.resolve_links("s1--s3") == ["l3", "l3b"]
+    up, down = topology.access("d2")
+    assert (up.id, up.capacity, down.id) == ("d2->booth-dell:3", 25 * 10**9, "booth-dell:3->d2")
+    assert not topology.all_links_have_latency
+
+
+def test_dump_round_trips(tmp_path):
+    spec = load_topology_spec(write(tmp_path, GOOD))
+    again = parse_topology_spec(yaml.safe_load(dump_topology_spec(spec)), "dumped")
+    assert again == spec
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda d: d["links"][0].update(b_port=7), "links[0].b_port: port 7 not declared on switch booth-dell"),
+    (lambda d: d["links"][3].update(b_port=2), "links[3].b_port: port 2 of switch s1 is already used by links[2]"),
+    (lambda d: d["links"][0].update(b="nowhere"), "links[0].b_port: switch 'nowhere' is not declared"),
+    (lambda d: d["switches"][2].update(dpid=1), "switches[2].dpid: dpid 0x1 is already used by switch s1"),
+    (lambda d: d["switches"][2].update(name="s1"), "switches[2].name: name 's1' is already used by switches[0].name"),
+    (lambda d: d["dtns"][1].update(name="l2"), "dtns[1].name: name 'l2' is already used by links[1].name"),
+    (lambda d: d["dtns"][1].update(switch="ghost"), "dtns[1].port: switch 'ghost' is not declared"),
+    (lambda d: d["dtns"][1].update(ipv4="10.0.0.1"), "dtns[1].ipv4: 10.0.0.1 is already used by dtn d1"),
+    (lambda d: d["dtns"][1].update(port=4, switch="s1"), "dtns[1].port: port 4 of switch s1 is already used by dtns[0]"),
+    (lambda d: d["links"][0].update(capacity="10X"), "links[0].capacity: cannot read '10X' as a bandwidth"),
+    (lambda d: d["links"][0].update(capacity=0), "links[0].capacity: must be greater than zero"),
+    (lambda d: d["links"][0].update(capacity="-100G"), "links[0].capacity: must be greater than zero"),
+    (lambda d: d["links"][0].pop("capacity"), "links[0].capacity: give capacity, or both capacity_ab and capacity_ba"),
+    (lambda d: d["links"][0].update(b="s1", b_port=2), "links[0].b: a link must join two different switches"),
+    (lambda d: d["links"][0].update(capcity="1G"), "links[0].capcity: unknown field"),
+    (lambda d: d["links"][0].update(kind="metro"), "links[0].kind: Input should be 'wan', 'booth' or 'core'"),
+    (lambda d: d["links"][0].update(latency_ms=-1), "links[0].latency_ms: Input should be greater than or equal to 0"),
+    (lambda d: d["switches"][0].update(ports=["4-1"]), "switches[0].ports: range '4-1' runs backwards"),
+    (lambda d: d["switches"][0].update(ports=[1, 1]), "switches[0].ports: port 1 is listed twice"),
+    (lambda d: d["switches"][0].update(dpid="zz"), "switches[0].dpid: cannot read 'zz' as a datapath id"),
+    (lambda d: d["switches"][0].update(name="bad name"), "switches[0].name: 'bad name' is not a valid name"),
+    (lambda d: d["switches"][0].pop("dpid"), "switches[0].dpid: required field is missing"),
+    (lambda d: d["dtns"][0].update(mac="01:00:00:00:00:01"), "dtns[0].mac: 01:00:00:00:00:01 is a multicast address"),
+    (lambda d: d["dtns"][0].update(ipv4="10.0.0.300"), "dtns[0].ipv4: expected an IPv4 address"),
+    (lambda d: d["dtns"][0].update(nic_speed="fast"), "dtns[0].nic_speed: cannot read 'fast' as a bandwidth"),
+    (lambda d: d["sites"][0]["switches"].append("s9"), "sites[0].switches[2]: switch 's9' is not declared"),
+    (lambda d: d["sites"][0].pop("lon"), "sites[0]: give both lat and lon, or neither"),
+    (lambda d: d.update(switches=[]), "switches: List should have at least 1 item"),
+])
+def test_bad_fields_are_named(tmp_path, mutate, expected):
+    problems = problems_for(tmp_path, mutate)
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    def bad_fields(d):
+        d["links"][0]["capacity"] = "10X"
+        d["dtns"][1]["mac"] = "nope"
+    assert len(problems_for(tmp_path, bad_fields)) == 2
+
+    def bad_references(d):
+        d["links"][3]["b_port"] = 7
+        d["switches"][2]["dpid"] = 1
+        d["sites"][0]["switches"].append("s9")
+    assert len(problems_for(tmp_path, bad_references)) == 3
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("name: x\nswitches: [\n", "not valid YAML at line"),
+    ("name: x\nname: y\nswitches: []\n", "key 'name' appears twice"),
+    ("- just\n- a list\n", "expected a mapping"),
+    ("", "expected a mapping"),
+])
+def test_malformed_yaml(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(InvalidArgument, match=expected) as caught:
+        load_topology_spec(path)
+    assert str(path) in str(caught.value)
+
+
+def test_missing_and_unreadable_files(tmp_path):
+    with pytest.raises(InvalidArgument, match="no such topology file"):
+        load_topology_spec(tmp_path / "absent.yaml")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(InvalidArgument, match="cannot read topology file"):
+        load_topology_spec(binary)
