@@ -25,7 +25,7 @@ def test_bandwidths_people_type(text, bps):
 
 @pytest.mark.parametrize("text", ["10X", "", "G", "0", "0G", "-5G", "1.5", "100GG", "1e999999G", "2000P", True, -3])
 def test_bad_bandwidths_name_the_field(text):
-    with pytest.raises(InvalidArgument, match="^--bandwidth: "):
+    with pytest.raises(InvalidArgument, match=r"^--bandwidth: "):
         parse_bandwidth(text, "--bandwidth")
 
 
@@ -49,7 +49,7 @@ def test_durations(text, seconds):
 
 @pytest.mark.parametrize("text", ["", "abc", "1x", "0s", "-1h", "h", "1h30", "inf", "nan"])
 def test_bad_durations(text):
-    with pytest.raises(InvalidArgument, match="^--duration: "):
+    with pytest.raises(InvalidArgument, match=r"^--duration: "):
         parse_duration(text, "--duration")
 
 
@@ -67,5 +67,5 @@ def test_times():
 
 @pytest.mark.parametrize("text", ["tomorrow", "2016-13-01", "+", "+x", "-5", "nan", "inf"])
 def test_bad_times(text):
-    with pytest.raises(InvalidArgument, match="^--start: "):
+    with pytest.raises(InvalidArgument, match=r"^--start: "):
         parse_time(text, 0.0, "--start")
