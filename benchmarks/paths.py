@@ -151,11 +151,15 @@ def run_tsdn(topology: Topology, ledger: Ledger, requests: list[PathRequest]) ->
 
 def run_baseline(topology: Topology, ledger: Ledger, requests: list[PathRequest]) -> Result:
     """The same requests with plain networkx: filter edges by summed overlapping bookings, BFS."""
+    on_direction: dict[str, list[tuple[float, float, int]]] = {}
+    for booking in ledger.bookings():
+        for direction_id in booking.directions:
+            on_direction.setdefault(direction_id, []).append((booking.start, booking.end, booking.bandwidth))
     graph = nx.DiGraph()
     for direction in topology.directions.values():
         if not direction.is_access:
-            bookings = [(b.start, b.end, b.bandwidth) for b in ledger.bookings() if direction.id in b.directions]
-            graph.add_edge(direction.src, direction.dst, capacity=direction.capacity, bookings=bookings)
+            graph.add_edge(direction.src, direction.dst, capacity=direction.capacity,
+                           bookings=on_direction.get(direction.id, []))
     latencies: list[float] = []
     admitted = refused = 0
     for request in requests:

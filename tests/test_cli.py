@@ -106,7 +106,7 @@ def test_alternatives():
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["caltech-a-dtn1", "starlight-dtn1", "-b", "1T"], 1, "access link of DTN caltech-a-dtn1"),
     (["ucsd-dtn1", "dell-dtn1", "-b", "40G", "--exclude", "scinet", "--exclude", "fiber-ucsd"], 1, "no route exists"),
-    (["ucsd-dtn1", "dell-dtn1", "-b", "40G", "--max-hops", "1"], 1, "at most 1 hop"),
+    (["ucsd-dtn1", "dell-dtn1", "-b", "40G", "--max-hops", "1"], 1, "within max_hops=1"),
     (["ucsd-dtn1", "nobody", "-b", "40G"], 2, "unknown DTN 'nobody'"),
     (["ucsd-dtn1", "dell-dtn1", "-b", "10X"], 2, "--bandwidth: cannot read '10X'"),
     (["ucsd-dtn1", "dell-dtn1", "-b", "0"], 2, "--bandwidth: must be greater than zero"),

@@ -13,6 +13,7 @@ from sdn_app.core.paths import POLICIES, Path, PathFinder, PathRequest, Route, U
 from sdn_app.core.units import (
     format_bandwidth,
     format_time,
+    format_window,
     parse_bandwidth,
     parse_duration,
     parse_time,
@@ -105,9 +106,8 @@ def run_compute(args: argparse.Namespace) -> int:
 
 
 def _headline(request: PathRequest, topology: str) -> str:
-    until = "until released" if math.isinf(request.end) else f"until {format_time(request.end)}"
     return (f"{request.src} -> {request.dst}: {format_bandwidth(request.bandwidth)}, {request.policy}, "
-            f"on {topology}, from {format_time(request.start)} {until}")
+            f"on {topology}, {format_window(request.start, request.end)}")
 
 
 def _latency(path: Path) -> str:

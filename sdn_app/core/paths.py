@@ -26,11 +26,12 @@ import networkx as nx
 
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NoCapacity
 from sdn_app.core.topology import LinkDirection, Topology
-from sdn_app.core.units import format_bandwidth, format_time
+from sdn_app.core.units import format_bandwidth, format_time, format_window
 
 Policy = Literal["shortest", "widest"]
 POLICIES: tuple[str, ...] = ("shortest", "widest")
 _UNLIMITED = -math.inf  # a "need" below any free value: search by shape, not by bandwidth
+_SCAN_LIMIT = 2000  # loop-free paths examined at most when constraints filter candidates
 
 
 class Availability(Protocol):
@@ -320,13 +321,22 @@ class _Search:
         return None if nodes is None else self._directions(nodes, need, banned_links, widest=False)
 
     def _directions(self, nodes: list[str], need: float, banned_links: frozenset[str],
-                    widest: bool) -> list[LinkDirection]:
-        return [self.pick(u, v, need, banned_links, widest) for u, v in itertools.pairwise(nodes)]
+                    widest: bool, through: dict[int, frozenset[str]] | None = None) -> list[LinkDirection]:
+        """Directions along `nodes`; hop i must cross one of `through[i]` where given."""
+        out = []
+        for i, (u, v) in enumerate(itertools.pairwise(nodes)):
+            banned = banned_links
+            if through and i in through:
+                banned = banned | {d.link for d in self.topology.adjacency[u][v] if d.link not in through[i]}
+            out.append(self.pick(u, v, need, banned, widest))
+        return out
 
     def _widest_within(self, s: str, t: str, need: float, width: float, banned_nodes: frozenset[str],
                        banned_links: frozenset[str], max_hops: int) -> list[str] | None:
         """Widest path of at most `max_hops` hops: the largest threshold whose fewest-hop path fits."""
-        thresholds = sorted({f for f in self._free.values() if need <= f <= width})
+        # Every direction's free value, not only those the searches happened to look at.
+        frees = {self.free(d) for d in self.topology.directions.values() if not d.is_access}
+        thresholds = sorted({f for f in frees if need <= f <= width})
         if not thresholds or thresholds[0] != need:
             thresholds.insert(0, need)
         best = None
@@ -394,7 +404,9 @@ class _Search:
             if isinstance(target, str):
                 piece = self.segment(at, target, need, banned_nodes, banned_links, policy)
             else:
-                piece = self._through_link(at, target, need, banned_nodes, banned_links, policy)
+                # The link may end right on the next waypoint (or the destination's switch).
+                after = targets[i + 1] if i + 1 < len(targets) and isinstance(targets[i + 1], str) else None
+                piece = self._through_link(at, target, need, banned_nodes, banned_links, policy, after)
             if piece is None:
                 return None
             inner.extend(piece)
@@ -405,14 +417,18 @@ class _Search:
         return inner
 
     def _through_link(self, at: str, links: frozenset[str], need: float, banned_nodes: frozenset[str],
-                      banned_links: frozenset[str], policy: str) -> list[LinkDirection] | None:
-        """Best segment from `at` that ends by crossing one of `links` (either direction)."""
+                      banned_links: frozenset[str], policy: str, after: str | None = None,
+                      ) -> list[LinkDirection] | None:
+        """Best segment from `at` that ends by crossing one of `links` (either direction).
+
+        The crossing may end on `after` (the next waypoint) even though it is banned for the lead.
+        """
         best: list[LinkDirection] | None = None
         for link in sorted(links):
             if link in banned_links:
                 continue
             for d in self.topology.link_directions[link]:
-                if d.dst in banned_nodes or d.dst == at or self.free(d) < need:
+                if (d.dst in banned_nodes and d.dst != after) or d.dst == at or self.free(d) < need:
                     continue
                 lead = self.segment(at, d.src, need, banned_nodes | {d.dst}, banned_links, policy)
                 if lead is None:
@@ -432,10 +448,18 @@ class _Search:
 
     def primary(self) -> Path:
         r = self.request
-        inner = self.compose(r.bandwidth, self.banned_links, r.policy, r.max_hops, self.waypoints)
-        if inner is None or self.access_free < r.bandwidth:
+        if self.access_free < r.bandwidth:
             raise self.refusal(self.banned_links, "")
-        return self.make_path(inner)
+        inner = self.compose(r.bandwidth, self.banned_links, r.policy, r.max_hops, self.waypoints)
+        if inner is not None:
+            return self.make_path(inner)
+        if self.waypoints:
+            # Segment by segment, the best way to one waypoint may take a switch a later
+            # segment needs; whole loop-free paths through the waypoints do not have that trap.
+            found = self.candidates(1)
+            if found:
+                return found[0]
+        raise self.refusal(self.banned_links, "")
 
     def protected(self, primary: Path) -> Route:
         r = self.request
@@ -452,6 +476,12 @@ class _Search:
         if pair is None:
             raise self.refusal(banned, "backup ")
         first, second = (self.make_path(p) for p in pair)
+        if r.max_hops is not None and max(first.hop_count, second.hop_count) > r.max_hops:
+            raise FailedPrecondition(
+                f"protect: the link-disjoint pair found from {r.src} to {r.dst} with "
+                f"{format_bandwidth(r.bandwidth)} free crosses {first.hop_count} and {second.hop_count} hops, "
+                f"more than max_hops {r.max_hops}"
+            )
         if self._better(list(second.directions[1:-1]), list(first.directions[1:-1]), r.policy):
             first, second = second, first
         return Route(first, second)
@@ -497,7 +527,7 @@ class _Search:
         """The error that explains why no (backup) path fits the request."""
         r = self.request
         need = format_bandwidth(r.bandwidth)
-        window = f"between {format_time(r.start)} and {format_time(r.end)}"
+        window = format_window(r.start, r.end)
         for access, dtn in ((self.up, r.src), (self.down, r.dst)):
             free = self.free(access)
             if free < r.bandwidth:
@@ -516,11 +546,12 @@ class _Search:
             fits = self.compose(r.bandwidth, banned_links, "shortest", None, self.waypoints if not what else [])
             if fits is not None:
                 return FailedPrecondition(
-                    f"no {what}path with {need} free {window} has at most {r.max_hops} hops; "
-                    f"the shortest that has the bandwidth crosses {len(fits)}"
+                    f"no {what}path with {need} free {window} is within max_hops={r.max_hops}; "
+                    f"the shortest that has the bandwidth crosses {len(fits)} hops"
                 )
         widest = self.compose(_UNLIMITED, banned_links, "widest", None, self.waypoints if not what else [])
-        assert widest is not None
+        if widest is None:  # greedy widest segments through waypoints can dead-end where shortest did not
+            widest = shape
         path = self.make_path(widest)
         bottleneck = self.topology.directions[path.bottleneck]
         return NoCapacity(
@@ -543,9 +574,15 @@ class _Search:
         return text
 
     def alternatives(self, k: int) -> list[Path]:
-        r = self.request
-        if self.access_free < r.bandwidth:
+        found = self.candidates(k) if self.access_free >= self.request.bandwidth else []
+        if not found:
             raise self.refusal(self.banned_links, "")
+        return found
+
+    def candidates(self, k: int) -> list[Path]:
+        """Up to `k` paths that fit, from Yen's loop-free paths in cost order (at most
+        `_SCAN_LIMIT` examined, so constraints that filter most of them cannot run away)."""
+        r = self.request
         collapsed = nx.DiGraph()
         collapsed.add_nodes_from(n for n in self.topology.switches if n not in self.banned_nodes)
         for u, out in self.topology.adjacency.items():
@@ -559,36 +596,44 @@ class _Search:
                     collapsed.add_edge(u, v, cost=min(self.cost(d) for d in options))
         candidates: list[Path] = []
         wanted = k if r.policy == "shortest" else 4 * k
-        for nodes in _simple_paths(collapsed, self.src_switch, self.dst_switch):
+        scanned = _simple_paths(collapsed, self.src_switch, self.dst_switch)
+        for nodes in itertools.islice(scanned, _SCAN_LIMIT):
             if r.max_hops is not None and len(nodes) - 1 > r.max_hops:
                 continue
-            if not self._visits_in_order(nodes):
+            through = self._waypoint_hops(nodes)
+            if through is None:
                 continue
             candidates.append(self.make_path(self._directions(nodes, r.bandwidth, self.banned_links,
-                                                                widest=r.policy == "widest")))
+                                                                widest=r.policy == "widest", through=through)))
             if len(candidates) >= wanted:
                 break
-        if not candidates:
-            raise self.refusal(self.banned_links, "")
         if r.policy == "widest":
             candidates.sort(key=lambda p: (-p.free_bps, p.hop_count))
         return candidates[:k]
 
-    def _visits_in_order(self, nodes: list[str]) -> bool:
+    def _waypoint_hops(self, nodes: list[str]) -> dict[int, frozenset[str]] | None:
+        """None unless `nodes` meets every waypoint in order; else hop index -> links it must cross.
+
+        As in `compose`, a link waypoint may start on the switch of the waypoint before it.
+        """
         position = 0
+        through: dict[int, frozenset[str]] = {}
         for waypoint in self.waypoints:
-            while position < len(nodes) - 1 and not self._at_waypoint(nodes, position, waypoint):
+            end = len(nodes) if isinstance(waypoint, str) else len(nodes) - 1
+            while position < end and not self._at_waypoint(nodes, position, waypoint):
                 position += 1
-            if position >= len(nodes) - (0 if isinstance(waypoint, str) else 1):
-                return False
-            position += 1
-        return True
+            if position >= end:
+                return None
+            if not isinstance(waypoint, str):
+                through[position] = waypoint
+                position += 1
+        return through
 
     def _at_waypoint(self, nodes: list[str], i: int, waypoint: str | frozenset[str]) -> bool:
         if isinstance(waypoint, str):
             return nodes[i] == waypoint
         u, v = nodes[i], nodes[i + 1]
-        return any(d.link in waypoint for d in self.topology.adjacency[u].get(v, ()))
+        return any(d.link in waypoint for d in self.choices(u, v, self.request.bandwidth, self.banned_links))
 
 
 def _simple_paths(graph: nx.DiGraph, s: str, t: str) -> Iterator[list[str]]:

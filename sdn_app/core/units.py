@@ -136,9 +136,17 @@ def parse_time(text: str | int | float, now: float, what: str = "time") -> float
 
 def format_time(epoch: float) -> str:
     """Return `epoch` as ISO 8601 UTC to the second, or `never` for an open end."""
+    if math.isnan(epoch):
+        return "nan"
     if math.isinf(epoch):
         return "never"
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def format_window(start: float, end: float) -> str:
+    """Return `from T1 until T2`, or `from T1 until released` for an open end."""
+    until = "until released" if math.isinf(end) else f"until {format_time(end)}"
+    return f"from {format_time(start)} {until}"
 
 
 def format_duration(seconds: float) -> str:
