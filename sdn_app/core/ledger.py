@@ -18,11 +18,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NoCapacity, NotFound
-from sdn_app.core.units import format_bandwidth, format_time
+from sdn_app.core.units import MAX_BANDWIDTH, format_bandwidth, format_time, format_window
 
 SCHEMA_VERSION = 1
 
@@ -121,10 +122,14 @@ class Ledger:
         self._bookings: dict[str, Booking] = {}
         self._timelines: dict[str, _Timeline] = {d: _Timeline() for d in self.capacities}
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL+NORMAL: durable across process crashes
-        self._create_schema()
-        self._load()
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL+NORMAL: durable across process crashes
+            self._create_schema()
+            self._load()
+        except BaseException:
+            self._db.close()
+            raise
 
     def _create_schema(self) -> None:
         with self._transaction():
@@ -158,7 +163,7 @@ class Ledger:
         rows = self._db.execute('SELECT id, bandwidth, start, "end", directions, meta FROM bookings').fetchall()
         for booking_id, bandwidth, start, end, directions, meta in rows:
             booking = Booking(booking_id, bandwidth, start, math.inf if end is None else end,
-                              tuple(json.loads(directions)), json.loads(meta))
+                              tuple(json.loads(directions)), MappingProxyType(json.loads(meta)))
             missing = [d for d in booking.directions if d not in self.capacities]
             if missing:
                 unknown[booking_id] = missing
@@ -201,7 +206,8 @@ class Ledger:
     def free(self, direction: str, start: float, end: float, ignore: str | None = None) -> int:
         """Bandwidth `direction` can still take throughout [start, end); may be negative only
         if the topology's capacity was lowered under existing bookings."""
-        return self.capacities[direction] - self._timeline(direction).max_use(start, end, ignore)
+        timeline = self._timeline(direction)  # first: an unknown direction is NotFound, not KeyError
+        return self.capacities[direction] - timeline.max_use(start, end, ignore)
 
     def _timeline(self, direction: str) -> _Timeline:
         try:
@@ -218,10 +224,12 @@ class Ledger:
         Raises `InvalidArgument` for a bad window or bandwidth, `AlreadyExists` for a taken
         id, and `NoCapacity` naming the first direction that cannot carry it.
         """
-        booking_id = booking_id or uuid.uuid4().hex
+        booking_id = uuid.uuid4().hex if booking_id is None else booking_id
+        if not isinstance(booking_id, str) or not booking_id:
+            raise InvalidArgument(f"a booking id must be a non-empty string, got {booking_id!r}")
         if booking_id in self._bookings:
             raise AlreadyExists(f"booking {booking_id!r} already exists")
-        booking = Booking(booking_id, bandwidth, start, end, _unique(directions), dict(meta or {}))
+        booking = Booking(booking_id, bandwidth, start, end, _unique(directions), _json_meta(meta or {}))
         self._check(booking, ignore=None)
         with self._transaction():
             self._write(booking)
@@ -241,7 +249,7 @@ class Ledger:
             bandwidth=old.bandwidth if bandwidth is None else bandwidth,
             end=old.end if end is None else end,
             directions=old.directions if directions is None else _unique(directions),
-            meta=old.meta if meta is None else dict(meta),
+            meta=old.meta if meta is None else _json_meta(meta),
         )
         self._check(new, ignore=booking_id)
         with self._transaction():
@@ -274,8 +282,11 @@ class Ledger:
     # -- internals -------------------------------------------------------------------------
 
     def _check(self, booking: Booking, ignore: str | None) -> None:
-        if isinstance(booking.bandwidth, bool) or not isinstance(booking.bandwidth, int) or booking.bandwidth <= 0:
-            raise InvalidArgument(f"bandwidth must be a positive whole number of bits/s, got {booking.bandwidth!r}")
+        bandwidth = booking.bandwidth
+        if isinstance(bandwidth, bool) or not isinstance(bandwidth, int) or not 0 < bandwidth <= MAX_BANDWIDTH:
+            raise InvalidArgument(
+                f"bandwidth must be a whole number of bits/s from 1 to {MAX_BANDWIDTH}, got {bandwidth!r}"
+            )
         if not (math.isfinite(booking.start) and booking.start >= 0):
             raise InvalidArgument(f"start must be a finite time, got {booking.start!r}")
         if math.isnan(booking.end) or booking.end <= booking.start:
@@ -292,8 +303,8 @@ class Ledger:
                 capacity = self.capacities[direction]
                 raise NoCapacity(
                     f"link {direction} has {format_bandwidth(max(free, 0))} free of "
-                    f"{format_bandwidth(capacity)} between {format_time(booking.start)} and "
-                    f"{format_time(booking.end)}; {format_bandwidth(booking.bandwidth)} requested",
+                    f"{format_bandwidth(capacity)} {format_window(booking.start, booking.end)}; "
+                    f"{format_bandwidth(booking.bandwidth)} requested",
                     bottleneck=direction, free_bps=max(free, 0),
                 )
 
@@ -315,6 +326,16 @@ class Ledger:
             self._timelines[direction].remove(booking.id)
 
 
+def _json_meta(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`meta` as it reads back from the database (tuples become lists, keys strings), so the
+    booking held in memory equals the one a reopened ledger loads, and read-only, so nobody
+    changes it behind the database's back; `InvalidArgument` if it is not JSON data."""
+    try:
+        return MappingProxyType(json.loads(json.dumps(dict(meta), sort_keys=True, allow_nan=False)))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"meta must be JSON data (strings, numbers, lists, mappings): {exc}") from None
+
+
 def _unique(directions: Iterable[str]) -> tuple[str, ...]:
     """Directions in first-seen order without repeats (a backup path shares the DTN's access link)."""
     return tuple(dict.fromkeys(directions))
@@ -331,4 +352,11 @@ class _Transaction:
         return self._db
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type is not None:
+            self._db.execute("ROLLBACK")
+            return
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error:
+            self._db.execute("ROLLBACK")  # e.g. SQLITE_BUSY: leave no transaction open behind us
+            raise

@@ -136,11 +136,12 @@ def parse_time(text: str | int | float, now: float, what: str = "time") -> float
 
 def format_time(epoch: float) -> str:
     """Return `epoch` as ISO 8601 UTC to the second, or `never` for an open end."""
-    if math.isnan(epoch):
-        return "nan"
-    if math.isinf(epoch):
+    if math.isinf(epoch) and epoch > 0:
         return "never"
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    try:
+        return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    except (ValueError, OverflowError, OSError):  # NaN, or beyond what a calendar date can show
+        return repr(epoch)
 
 
 def format_window(start: float, end: float) -> str:
