@@ -811,25 +811,25 @@ def test_alternatives_in_latency_order():
     assert [p.switches for p in paths] == [("s1", "a", "b", "s4"), ("s1", "c", "s4"), ("s1", "s4")]
 
 
-def test_alternatives_widest_orders_by_free_bandwidth():
-    topo = build(
+def three_routes() -> Topology:
+    """s1 to s4 directly (100G), via c (200G) and via a, b (300G)."""
+    return build(
         [link("s1", "s4", "100G", name="direct"),
          link("s1", "c", "200G"), link("c", "s4", "200G"),
          link("s1", "a", "300G"), link("a", "b", "300G"), link("b", "s4", "300G")],
         {"h1": ("s1", "1T"), "h2": ("s4", "1T")},
     )
+
+
+def test_alternatives_widest_orders_by_free_bandwidth():
+    topo = three_routes()
     paths = PathFinder(topo, Unbooked(topo)).alternatives(request(policy="widest"), 3)
     assert [p.free_bps for p in paths] == [300 * G, 200 * G, 100 * G]
     assert [p.hop_count for p in paths] == [3, 2, 1]
 
 
 def test_alternatives_respect_bandwidth_max_hops_and_exclude():
-    topo = build(
-        [link("s1", "s4", "100G", name="direct"),
-         link("s1", "c", "200G"), link("c", "s4", "200G"),
-         link("s1", "a", "300G"), link("a", "b", "300G"), link("b", "s4", "300G")],
-        {"h1": ("s1", "1T"), "h2": ("s4", "1T")},
-    )
+    topo = three_routes()
     finder = PathFinder(topo, Unbooked(topo))
     assert [p.hop_count for p in finder.alternatives(request(bandwidth="150G"), 5)] == [2, 3]
     assert [p.hop_count for p in finder.alternatives(request(max_hops=2), 5)] == [1, 2]
