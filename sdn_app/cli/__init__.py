@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sdn_app.cli import bench, path, topo
+from sdn_app.cli import bench, controller, path, topo
 from sdn_app.cli.output import fail
 from sdn_app.core.errors import TsdnError
 
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     topo.register(commands)
     path.register(commands)
+    controller.register(commands)
     bench.register(commands)
     return parser
 

@@ -55,3 +55,15 @@ class TopologyError(InvalidArgument):
         self.problems = problems
         shown = "\n".join(f"  {p}" for p in problems)
         super().__init__(f"invalid topology ({len(problems)} problem(s)):\n{shown}")
+
+
+class PermissionDenied(TsdnError):
+    """The caller is known but may not do this (someone else's reservation, wrong role)."""
+
+    code = "PERMISSION_DENIED"
+
+
+class Unauthenticated(TsdnError):
+    """The caller did not prove who it is (no token, or an unknown one)."""
+
+    code = "UNAUTHENTICATED"

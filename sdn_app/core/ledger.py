@@ -15,7 +15,7 @@ import math
 import sqlite3
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -26,6 +26,10 @@ from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgume
 from sdn_app.core.units import MAX_BANDWIDTH, format_bandwidth, format_time, format_window
 
 SCHEMA_VERSION = 1
+
+# Extra SQL a caller runs inside a ledger change's transaction (e.g. the reservation row that
+# goes with a booking), so the two are committed together or not at all.
+AlsoWrite = Callable[[sqlite3.Connection], None]
 
 
 @dataclass(frozen=True)
@@ -217,12 +221,19 @@ class Ledger:
 
     # -- changes ---------------------------------------------------------------------------
 
+    def check(self, directions: Iterable[str], bandwidth: int, start: float, end: float,
+              ignore: str | None = None) -> None:
+        """Raise what `reserve` would raise for this booking, and book nothing (a what-if)."""
+        self._check(Booking("check", bandwidth, start, end, _unique(directions)), ignore)
+
     def reserve(self, directions: Iterable[str], bandwidth: int, start: float, end: float,
-                booking_id: str | None = None, meta: Mapping[str, Any] | None = None) -> Booking:
+                booking_id: str | None = None, meta: Mapping[str, Any] | None = None,
+                also: AlsoWrite | None = None) -> Booking:
         """Book `bandwidth` on every direction in `directions` for [start, end), or on none.
 
         Raises `InvalidArgument` for a bad window or bandwidth, `AlreadyExists` for a taken
-        id, and `NoCapacity` naming the first direction that cannot carry it.
+        id, and `NoCapacity` naming the first direction that cannot carry it. `also` runs in
+        the same transaction.
         """
         booking_id = uuid.uuid4().hex if booking_id is None else booking_id
         if not isinstance(booking_id, str) or not booking_id:
@@ -233,15 +244,19 @@ class Ledger:
         self._check(booking, ignore=None)
         with self._transaction():
             self._write(booking)
+            if also:
+                also(self._db)
         self._insert_memory(booking)
         return booking
 
     def modify(self, booking_id: str, bandwidth: int | None = None, end: float | None = None,
-               directions: Iterable[str] | None = None, meta: Mapping[str, Any] | None = None) -> Booking:
+               directions: Iterable[str] | None = None, meta: Mapping[str, Any] | None = None,
+               also: AlsoWrite | None = None) -> Booking:
         """Change a booking's bandwidth, end time, directions (a new path) or metadata.
 
         The new form is admitted as a whole against everything else (the booking's own old
-        form not counted); if it does not fit, the booking is left as it was.
+        form not counted); if it does not fit, the booking is left as it was. `also` runs in
+        the same transaction.
         """
         old = self.get(booking_id)
         new = replace(
@@ -255,26 +270,44 @@ class Ledger:
         with self._transaction():
             self._db.execute("DELETE FROM bookings WHERE id=?", (booking_id,))
             self._write(new)
+            if also:
+                also(self._db)
         self._remove_memory(old)
         self._insert_memory(new)
         return new
 
-    def release(self, booking_id: str) -> Booking:
-        """Remove a booking, freeing its bandwidth; returns what was released."""
+    def release(self, booking_id: str, also: AlsoWrite | None = None) -> Booking:
+        """Remove a booking, freeing its bandwidth; returns what was released. `also` runs in
+        the same transaction."""
         booking = self.get(booking_id)
         with self._transaction():
             self._db.execute("DELETE FROM bookings WHERE id=?", (booking_id,))
+            if also:
+                also(self._db)
         self._remove_memory(booking)
         return booking
 
-    def expire(self, now: float | None = None) -> list[Booking]:
-        """Remove every booking whose window ended at or before `now` (default: the clock)."""
+    def write(self, also: AlsoWrite) -> None:
+        """Run `also` as one transaction on the ledger's database, bookings untouched."""
+        with self._transaction():
+            also(self._db)
+
+    def query(self, sql: str, parameters: tuple = ()) -> list[tuple]:
+        """Rows of a read-only query on the ledger's database (tables of callers sharing it)."""
+        return self._db.execute(sql, parameters).fetchall()
+
+    def expire(self, now: float | None = None, also: AlsoWrite | None = None) -> list[Booking]:
+        """Remove every booking whose window ended at or before `now` (default: the clock).
+
+        `also` runs in the same transaction when anything expired."""
         now = self.clock.now() if now is None else now
         ended = [b for b in self._bookings.values() if b.end <= now]
         if not ended:
             return []
         with self._transaction():
             self._db.executemany("DELETE FROM bookings WHERE id=?", [(b.id,) for b in ended])
+            if also:
+                also(self._db)
         for booking in ended:
             self._remove_memory(booking)
         return sorted(ended, key=lambda b: (b.end, b.id))

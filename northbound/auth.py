@@ -1,0 +1,130 @@
+"""Who is calling: bearer tokens from a file, mapped to a principal and a role.
+
+Tokens file (YAML), readable only by the controller's user:
+
+    tokens:
+      - principal: rucio          # a data-management service: its own reservations only
+        role: service
+        token: "long-random-secret"
+      - principal: noc
+        role: admin               # everything
+        sha256: "9f86d08..."      # or store only the token's SHA-256 (hex)
+      - principal: dtn-caltech-1
+        role: agent               # DTN agents: reports only, no reservations
+
+Without a tokens file the controller runs in development mode: allowed only on a loopback
+address, every caller is the admin `dev`, and the start-up log says so loudly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sdn_app.core.errors import InvalidArgument, Unauthenticated
+from sdn_app.core.reservations import Principal, Role
+from sdn_app.core.topology_schema import describe_validation_error, read_yaml
+
+log = logging.getLogger(__name__)
+DEV_PRINCIPAL = Principal("dev", Role.ADMIN)
+MIN_TOKEN_LENGTH = 16
+
+
+class _TokenEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    principal: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$")]
+    role: Role
+    token: Annotated[str, Field(min_length=MIN_TOKEN_LENGTH, max_length=512, pattern=r"^[\x21-\x7e]+$")] | None = None
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> _TokenEntry:
+        if (self.token is None) == (self.sha256 is None):
+            raise ValueError("give exactly one of token or sha256")
+        return self
+
+    @property
+    def digest(self) -> str:
+        return self.sha256 or _digest(self.token or "")
+
+
+class _TokensFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: Annotated[list[_TokenEntry], Field(min_length=1)]
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Authenticator:
+    """Maps `authorization: Bearer <token>` metadata to a `Principal`."""
+
+    def __init__(self, principals_by_digest: dict[str, Principal] | None):
+        """`None` means development mode: no tokens, every caller is `DEV_PRINCIPAL`."""
+        self._by_digest = principals_by_digest
+
+    @property
+    def development_mode(self) -> bool:
+        """Whether calls are accepted without tokens."""
+        return self._by_digest is None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Authenticator:
+        """Load a tokens file; errors name the file and field."""
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise InvalidArgument(f"{source}: cannot read tokens file: {exc.strerror or exc}") from None
+        try:
+            parsed = _TokensFile.model_validate(read_yaml(text, source))
+        except ValidationError as exc:
+            problems = "\n  ".join(describe_validation_error(exc, source))
+            raise InvalidArgument(f"invalid tokens file:\n  {problems}") from None
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            log.warning("tokens file %s is readable by other users; chmod 600 it", source)
+        by_digest: dict[str, Principal] = {}
+        for i, entry in enumerate(parsed.tokens):
+            if entry.digest in by_digest:
+                raise InvalidArgument(f"{source}: tokens[{i}]: the same token is given twice")
+            by_digest[entry.digest] = Principal(entry.principal, entry.role)
+        return cls(by_digest)
+
+    def authenticate(self, metadata: Sequence[tuple[str, str | bytes]]) -> Principal:
+        """The principal whose token is in `metadata`, or `Unauthenticated` saying what is wrong."""
+        if self._by_digest is None:
+            return DEV_PRINCIPAL
+        values = [v for k, v in metadata if k == "authorization"]
+        if not values:
+            raise Unauthenticated("no credentials: send metadata 'authorization: Bearer <token>'")
+        value = values[0] if isinstance(values[0], str) else values[0].decode(errors="replace")
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("malformed authorization metadata: expected 'Bearer <token>'")
+        principal = self._by_digest.get(_digest(token.strip()))  # a hash lookup leaks nothing about the token
+        if principal is None:
+            raise Unauthenticated("unknown token")
+        return principal
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a listen address `host:port` is on the loopback interface only."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,187 @@
+"""A typed Python client of the tsdn northbound API, for services and the `tsdn` CLI.
+
+    with TsdnClient("127.0.0.1:50051", token=token) as tsdn:
+        r = tsdn.create_reservation("caltech-a-dtn1", "starlight-dtn1", 400 * 10**9, duration=3600)
+        ...
+        tsdn.delete_reservation(r.name)
+
+Every call has a deadline. Calls are retried with exponential backoff while the controller is
+UNAVAILABLE (restarting, say); CreateReservation is retried with the same `request_id`, so a
+retry never books twice. Failures raise `ApiError` with the status code and the server's message.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from northbound.convert import timestamp_out
+from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc as pb_grpc
+from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
+from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
+
+T = TypeVar("T")
+POLICIES = {"shortest": pb.SHORTEST, "widest": pb.WIDEST}
+STATES = {name: value for name, value in pb.ReservationState.items() if value}
+
+
+class ApiError(Exception):
+    """A call the controller refused or could not answer."""
+
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class TsdnClient:
+    """Connection to one controller's northbound API."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", token: str | None = None, *, timeout: float = 10.0,
+                 retries: int = 5, backoff: float = 0.2, tls_ca: bytes | None = None,
+                 tls_cert: bytes | None = None, tls_key: bytes | None = None):
+        """Connect to `target`; TLS when `tls_ca` is given (with a client certificate when `tls_cert`)."""
+        if tls_ca is None and tls_cert is None:
+            self._channel = grpc.insecure_channel(target)
+        else:
+            credentials = grpc.ssl_channel_credentials(root_certificates=tls_ca, private_key=tls_key,
+                                                       certificate_chain=tls_cert)
+            self._channel = grpc.secure_channel(target, credentials)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self._bandwidth = pb_grpc.BandwidthServiceStub(self._channel)
+        self._topology = topo_grpc.TopologyServiceStub(self._channel)
+
+    def __enter__(self) -> TsdnClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._channel.close()
+
+    def _call(self, method: Callable[..., T], request: Any) -> T:
+        attempt = 0
+        while True:
+            try:
+                return method(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.RpcError as error:
+                code = error.code()
+                if code is grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
+                    time.sleep(self.backoff * (2**attempt) * random.uniform(0.5, 1.0))
+                    attempt += 1
+                    continue
+                raise ApiError(code, error.details() or code.name) from None
+
+    # -- BandwidthService ----------------------------------------------------------------
+
+    def create_reservation(self, src: str, dst: str, bandwidth_bps: int, *, start: float | None = None,
+                           end: float | None = None, duration: float | None = None, policy: str = "shortest",
+                           include: Sequence[str] = (), exclude: Sequence[str] = (), max_hops: int | None = None,
+                           protect: bool = False, labels: Mapping[str, str] | None = None,
+                           request_id: str | None = None, validate_only: bool = False) -> pb.Reservation:
+        """Reserve bandwidth from DTN `src` to DTN `dst` (times in epoch seconds; no end: until released).
+
+        `request_id` defaults to a fresh UUID that every retry of this call reuses.
+        """
+        request = pb.CreateReservationRequest(
+            source_dtn=src, destination_dtn=dst, bandwidth_bps=bandwidth_bps, policy=POLICIES[policy],
+            include=list(include), exclude=list(exclude), protect=protect, labels=dict(labels or {}),
+            request_id=request_id or str(uuid.uuid4()), validate_only=validate_only,
+        )
+        _set_window(request, start, end, duration)
+        if max_hops is not None:
+            request.max_hops = max_hops
+        return self._call(self._bandwidth.CreateReservation, request)
+
+    def get_reservation(self, name: str) -> pb.Reservation:
+        """The reservation `reservations/{id}`."""
+        return self._call(self._bandwidth.GetReservation, pb.GetReservationRequest(name=_name(name)))
+
+    def list_reservations(self, state: str | None = None, dtn: str = "", owner: str = "",
+                          page_size: int = 0) -> Iterator[pb.Reservation]:
+        """Every reservation the caller may see (newest first), fetching page after page."""
+        token = ""
+        while True:
+            page = self._call(self._bandwidth.ListReservations, pb.ListReservationsRequest(
+                state=STATES[state] if state else 0, dtn=dtn, owner=owner, page_size=page_size, page_token=token))
+            yield from page.reservations
+            token = page.next_page_token
+            if not token:
+                return
+
+    def modify_reservation(self, name: str, bandwidth_bps: int | None = None, end: float | None = None,
+                           validate_only: bool = False) -> pb.Reservation:
+        """Change bandwidth and/or end time (`math.inf`: until released)."""
+        request = pb.ModifyReservationRequest(name=_name(name), validate_only=validate_only)
+        if bandwidth_bps is not None:
+            request.bandwidth_bps = bandwidth_bps
+        if end is not None:
+            if math.isinf(end):
+                request.until_released = True
+            else:
+                request.end_time.CopyFrom(timestamp_out(end))
+        return self._call(self._bandwidth.ModifyReservation, request)
+
+    def delete_reservation(self, name: str) -> pb.Reservation:
+        """Release a reservation; returns it in its final state."""
+        return self._call(self._bandwidth.DeleteReservation, pb.DeleteReservationRequest(name=_name(name)))
+
+    def query_availability(self, src: str, dst: str, *, start: float | None = None, end: float | None = None,
+                           duration: float | None = None, policy: str = "widest", include: Sequence[str] = (),
+                           exclude: Sequence[str] = (), max_hops: int | None = None,
+                           max_paths: int = 3) -> pb.QueryAvailabilityResponse:
+        """Largest bookable bandwidth between two DTNs in a window, and candidate paths."""
+        request = pb.QueryAvailabilityRequest(source_dtn=src, destination_dtn=dst, policy=POLICIES[policy],
+                                              include=list(include), exclude=list(exclude), max_paths=max_paths)
+        _set_window(request, start, end, duration)
+        if max_hops is not None:
+            request.max_hops = max_hops
+        return self._call(self._bandwidth.QueryAvailability, request)
+
+    def watch(self, name: str = "", include_existing: bool = False,
+              timeout: float | None = None) -> Iterator[pb.ReservationEvent]:
+        """Stream reservation events until the server ends it, `timeout` passes, or the caller stops."""
+        request = pb.WatchReservationsRequest(name=_name(name) if name else "", include_existing=include_existing)
+        stream = self._bandwidth.WatchReservations(request, timeout=timeout, metadata=self._metadata)
+        try:
+            yield from stream
+        except grpc.RpcError as error:
+            if error.code() is not grpc.StatusCode.CANCELLED:
+                raise ApiError(error.code(), error.details() or error.code().name) from None
+        finally:
+            stream.cancel()
+
+    # -- TopologyService -----------------------------------------------------------------
+
+    def get_topology(self) -> topo_pb.Topology:
+        """The controller's topology with bandwidth booked now."""
+        return self._call(self._topology.GetTopology, topo_pb.GetTopologyRequest())
+
+
+def _name(name: str) -> str:
+    return name if name.startswith("reservations/") else f"reservations/{name}"
+
+
+def _set_window(request: Any, start: float | None, end: float | None, duration: float | None) -> None:
+    if end is not None and duration is not None:
+        raise ValueError("give end or duration, not both")
+    if start is not None:
+        request.start_time.CopyFrom(timestamp_out(start))
+    if end is not None and not math.isinf(end):
+        request.end_time.CopyFrom(timestamp_out(end))
+    elif duration is not None:
+        seconds = math.floor(duration)
+        request.duration.CopyFrom(Duration(seconds=seconds, nanos=round((duration - seconds) * 1e9)))

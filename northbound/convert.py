@@ -1,0 +1,196 @@
+"""Translation between the northbound protos and the core's plain data; no decisions here.
+
+Every incoming field is checked on the way in, and a bad one becomes `InvalidArgument`
+naming the field, before the core sees the request.
+"""
+
+from __future__ import annotations
+
+import math
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
+from sdn_app.core.errors import InvalidArgument
+from sdn_app.core.paths import Path, PathRequest
+from sdn_app.core.reservations import Event, Reservation, ReservationBook, State
+from sdn_app.core.topology import LinkDirection
+from sdn_app.core.units import MAX_BANDWIDTH
+
+_POLICIES = {pb.PATH_POLICY_UNSPECIFIED: "shortest", pb.SHORTEST: "shortest", pb.WIDEST: "widest"}
+_POLICY_ENUM = {"shortest": pb.SHORTEST, "widest": pb.WIDEST}
+MAX_NAMES = 64  # include/exclude entries per request
+_MAX_EPOCH = 253_402_300_799  # 9999-12-31T23:59:59Z, the end of Timestamp's range
+
+
+def timestamp_in(ts: Timestamp, field: str) -> float:
+    """Epoch seconds of a Timestamp, checked against the proto's valid range."""
+    if not 0 <= ts.nanos < 1_000_000_000 or not 0 <= ts.seconds <= _MAX_EPOCH:
+        raise InvalidArgument(f"{field}: not a valid time (seconds {ts.seconds}, nanos {ts.nanos})")
+    return ts.seconds + ts.nanos / 1e9
+
+
+def timestamp_out(epoch: float) -> Timestamp:
+    """A Timestamp of epoch seconds."""
+    seconds = math.floor(epoch)
+    nanos = round((epoch - seconds) * 1e9)
+    if nanos >= 1_000_000_000:
+        seconds, nanos = seconds + 1, nanos - 1_000_000_000
+    return Timestamp(seconds=seconds, nanos=nanos)
+
+
+def duration_in(d: Duration, field: str) -> float:
+    """Seconds of a positive Duration."""
+    if not 0 <= d.nanos < 1_000_000_000 or d.seconds < 0 or (d.seconds == 0 and d.nanos == 0):
+        raise InvalidArgument(f"{field}: must be a positive duration")
+    if d.seconds > _MAX_EPOCH:
+        raise InvalidArgument(f"{field}: longer than any window can be")
+    return d.seconds + d.nanos / 1e9
+
+
+def bandwidth_in(value: int, field: str = "bandwidth_bps") -> int:
+    """A bandwidth in bits/s, checked to be positive and plausible."""
+    if value <= 0:
+        raise InvalidArgument(f"{field}: must be greater than zero")
+    if value > MAX_BANDWIDTH:
+        raise InvalidArgument(f"{field}: {value} bit/s is more than any network carries")
+    return value
+
+
+def _names(values, field: str) -> tuple[str, ...]:
+    if len(values) > MAX_NAMES:
+        raise InvalidArgument(f"{field}: at most {MAX_NAMES} entries")
+    for i, value in enumerate(values):
+        if not value or len(value) > 200:
+            raise InvalidArgument(f"{field}[{i}]: must be a switch or link name")
+    return tuple(values)
+
+
+def _policy(value: int) -> str:
+    try:
+        return _POLICIES[value]
+    except KeyError:
+        raise InvalidArgument(f"policy: unknown value {value}") from None
+
+
+def window_in(message, now: float) -> tuple[float, float]:
+    """(start, end) from a message with start_time and a `window_end` oneof of end_time/duration."""
+    start = timestamp_in(message.start_time, "start_time") if message.HasField("start_time") else now
+    which = message.WhichOneof("window_end")
+    if which == "end_time":
+        end = timestamp_in(message.end_time, "end_time")
+    elif which == "duration":
+        end = start + duration_in(message.duration, "duration")
+    else:
+        end = math.inf
+    if end <= start:
+        raise InvalidArgument("end_time: must be after start_time")
+    return start, end
+
+
+def path_request_in(message, bandwidth: int, now: float, protect: bool = False) -> PathRequest:
+    """A `PathRequest` from CreateReservationRequest or QueryAvailabilityRequest fields."""
+    if not message.source_dtn:
+        raise InvalidArgument("source_dtn: required")
+    if not message.destination_dtn:
+        raise InvalidArgument("destination_dtn: required")
+    start, end = window_in(message, now)
+    return PathRequest(
+        src=message.source_dtn, dst=message.destination_dtn, bandwidth=bandwidth, start=start, end=end,
+        policy=_policy(message.policy), include=_names(message.include, "include"),
+        exclude=_names(message.exclude, "exclude"),
+        max_hops=message.max_hops if message.HasField("max_hops") else None, protect=protect,
+    )
+
+
+def state_in(value: int) -> State | None:
+    """A core `State` from the enum (None for UNSPECIFIED)."""
+    if value == pb.RESERVATION_STATE_UNSPECIFIED:
+        return None
+    try:
+        return State(pb.ReservationState.Name(value))
+    except ValueError:
+        raise InvalidArgument(f"state: unknown value {value}") from None
+
+
+def state_out(state: State | None) -> int:
+    """The enum value of a core `State`."""
+    return pb.RESERVATION_STATE_UNSPECIFIED if state is None else pb.ReservationState.Value(state.value)
+
+
+def path_out(path: Path) -> pb.Path:
+    """A proto Path."""
+    message = pb.Path(
+        route=[path.src, *path.switches, path.dst],
+        hops=[pb.Hop(switch=h.switch, in_port=h.in_port, out_port=h.out_port) for h in path.hops],
+        links=list(path.links), hop_count=path.hop_count, free_bps=max(path.free_bps, 0),
+        bottleneck=path.bottleneck,
+    )
+    if path.latency_ms is not None:
+        message.latency_ms = path.latency_ms
+    return message
+
+
+def reservation_out(r: Reservation) -> pb.Reservation:
+    """A proto Reservation."""
+    q = r.request
+    message = pb.Reservation(
+        name=r.name, id=r.id, owner=r.owner, source_dtn=q.src, destination_dtn=q.dst, bandwidth_bps=q.bandwidth,
+        start_time=timestamp_out(q.start), policy=_POLICY_ENUM[q.policy], include=list(q.include),
+        exclude=list(q.exclude), protect=q.protect, labels=dict(r.labels), request_id=r.request_id,
+        state=state_out(r.state), state_reason=r.reason, create_time=timestamp_out(r.created),
+        update_time=timestamp_out(r.updated),
+    )
+    if not math.isinf(q.end):
+        message.end_time.CopyFrom(timestamp_out(q.end))
+    if q.max_hops is not None:
+        message.max_hops = q.max_hops
+    if r.route is not None:
+        message.path.CopyFrom(path_out(r.route.primary))
+        if r.route.backup is not None:
+            message.backup_path.CopyFrom(path_out(r.route.backup))
+    return message
+
+
+def event_out(event: Event) -> pb.ReservationEvent:
+    """A proto ReservationEvent."""
+    return pb.ReservationEvent(
+        sequence=event.sequence, time=timestamp_out(event.time), previous_state=state_out(event.previous),
+        state=state_out(event.reservation.state), reason=event.reason, reservation=reservation_out(event.reservation),
+    )
+
+
+def _direction_out(book: ReservationBook, d: LinkDirection) -> topo_pb.LinkDirection:
+    return topo_pb.LinkDirection(id=d.id, capacity_bps=d.capacity, booked_bps=book.booked_now(d.id))
+
+
+def topology_out(book: ReservationBook) -> topo_pb.Topology:
+    """The topology with bandwidth booked now; runs on the core's thread."""
+    topology = book.topology
+    message = topo_pb.Topology(name=topology.name, description=topology.spec.description,
+                               time=timestamp_out(book.clock.now()))
+    for s in topology.spec.switches:
+        site = topology.site_of(s.name)
+        message.switches.append(
+            topo_pb.Switch(name=s.name, dpid=s.dpid, ports=s.ports, site=site.name if site else ""))
+    for link in topology.spec.links:
+        forward, backward = topology.link_directions[link.label]
+        entry = topo_pb.Link(name=link.label, a_switch=link.a, a_port=link.a_port, b_switch=link.b,
+                             b_port=link.b_port, kind=link.kind, a_to_b=_direction_out(book, forward),
+                             b_to_a=_direction_out(book, backward))
+        if link.latency_ms is not None:
+            entry.latency_ms = link.latency_ms
+        message.links.append(entry)
+    for dtn in topology.spec.dtns:
+        up, down = topology.access(dtn.name)
+        message.dtns.append(topo_pb.Dtn(name=dtn.name, switch=dtn.switch, port=dtn.port, ipv4=dtn.ipv4, mac=dtn.mac,
+                                        nic_speed_bps=dtn.nic_speed, numa_node=dtn.numa_node,
+                                        uplink=_direction_out(book, up), downlink=_direction_out(book, down)))
+    for site in topology.spec.sites:
+        entry = topo_pb.Site(name=site.name, kind=site.kind, switches=site.switches)
+        if site.lat is not None and site.lon is not None:
+            entry.lat, entry.lon = site.lat, site.lon
+        message.sites.append(entry)
+    return message

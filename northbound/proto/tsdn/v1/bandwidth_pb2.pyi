@@ -1,0 +1,268 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESERVATION_STATE_UNSPECIFIED: _ClassVar[ReservationState]
+    SCHEDULED: _ClassVar[ReservationState]
+    PROVISIONING: _ClassVar[ReservationState]
+    ACTIVE: _ClassVar[ReservationState]
+    MOVING: _ClassVar[ReservationState]
+    DEGRADED: _ClassVar[ReservationState]
+    RELEASED: _ClassVar[ReservationState]
+    EXPIRED: _ClassVar[ReservationState]
+    FAILED: _ClassVar[ReservationState]
+
+class PathPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PATH_POLICY_UNSPECIFIED: _ClassVar[PathPolicy]
+    SHORTEST: _ClassVar[PathPolicy]
+    WIDEST: _ClassVar[PathPolicy]
+RESERVATION_STATE_UNSPECIFIED: ReservationState
+SCHEDULED: ReservationState
+PROVISIONING: ReservationState
+ACTIVE: ReservationState
+MOVING: ReservationState
+DEGRADED: ReservationState
+RELEASED: ReservationState
+EXPIRED: ReservationState
+FAILED: ReservationState
+PATH_POLICY_UNSPECIFIED: PathPolicy
+SHORTEST: PathPolicy
+WIDEST: PathPolicy
+
+class Hop(_message.Message):
+    __slots__ = ("switch", "in_port", "out_port")
+    SWITCH_FIELD_NUMBER: _ClassVar[int]
+    IN_PORT_FIELD_NUMBER: _ClassVar[int]
+    OUT_PORT_FIELD_NUMBER: _ClassVar[int]
+    switch: str
+    in_port: int
+    out_port: int
+    def __init__(self, switch: _Optional[str] = ..., in_port: _Optional[int] = ..., out_port: _Optional[int] = ...) -> None: ...
+
+class Path(_message.Message):
+    __slots__ = ("route", "hops", "links", "hop_count", "latency_ms", "free_bps", "bottleneck")
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    HOPS_FIELD_NUMBER: _ClassVar[int]
+    LINKS_FIELD_NUMBER: _ClassVar[int]
+    HOP_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    FREE_BPS_FIELD_NUMBER: _ClassVar[int]
+    BOTTLENECK_FIELD_NUMBER: _ClassVar[int]
+    route: _containers.RepeatedScalarFieldContainer[str]
+    hops: _containers.RepeatedCompositeFieldContainer[Hop]
+    links: _containers.RepeatedScalarFieldContainer[str]
+    hop_count: int
+    latency_ms: float
+    free_bps: int
+    bottleneck: str
+    def __init__(self, route: _Optional[_Iterable[str]] = ..., hops: _Optional[_Iterable[_Union[Hop, _Mapping]]] = ..., links: _Optional[_Iterable[str]] = ..., hop_count: _Optional[int] = ..., latency_ms: _Optional[float] = ..., free_bps: _Optional[int] = ..., bottleneck: _Optional[str] = ...) -> None: ...
+
+class Reservation(_message.Message):
+    __slots__ = ("name", "id", "owner", "source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "state", "state_reason", "path", "backup_path", "create_time", "update_time")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_DTN_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_DTN_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    MAX_HOPS_FIELD_NUMBER: _ClassVar[int]
+    PROTECT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_REASON_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    BACKUP_PATH_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    id: str
+    owner: str
+    source_dtn: str
+    destination_dtn: str
+    bandwidth_bps: int
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    policy: PathPolicy
+    include: _containers.RepeatedScalarFieldContainer[str]
+    exclude: _containers.RepeatedScalarFieldContainer[str]
+    max_hops: int
+    protect: bool
+    labels: _containers.ScalarMap[str, str]
+    request_id: str
+    state: ReservationState
+    state_reason: str
+    path: Path
+    backup_path: Path
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CreateReservationRequest(_message.Message):
+    __slots__ = ("source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "validate_only")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SOURCE_DTN_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_DTN_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    MAX_HOPS_FIELD_NUMBER: _ClassVar[int]
+    PROTECT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    source_dtn: str
+    destination_dtn: str
+    bandwidth_bps: int
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    duration: _duration_pb2.Duration
+    policy: PathPolicy
+    include: _containers.RepeatedScalarFieldContainer[str]
+    exclude: _containers.RepeatedScalarFieldContainer[str]
+    max_hops: int
+    protect: bool
+    labels: _containers.ScalarMap[str, str]
+    request_id: str
+    validate_only: bool
+    def __init__(self, source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class GetReservationRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListReservationsRequest(_message.Message):
+    __slots__ = ("state", "dtn", "owner", "page_size", "page_token")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DTN_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    state: ReservationState
+    dtn: str
+    owner: str
+    page_size: int
+    page_token: str
+    def __init__(self, state: _Optional[_Union[ReservationState, str]] = ..., dtn: _Optional[str] = ..., owner: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListReservationsResponse(_message.Message):
+    __slots__ = ("reservations", "next_page_token")
+    RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    reservations: _containers.RepeatedCompositeFieldContainer[Reservation]
+    next_page_token: str
+    def __init__(self, reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ModifyReservationRequest(_message.Message):
+    __slots__ = ("name", "bandwidth_bps", "end_time", "until_released", "validate_only")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    bandwidth_bps: int
+    end_time: _timestamp_pb2.Timestamp
+    until_released: bool
+    validate_only: bool
+    def __init__(self, name: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until_released: _Optional[bool] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class DeleteReservationRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class QueryAvailabilityRequest(_message.Message):
+    __slots__ = ("source_dtn", "destination_dtn", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "max_paths")
+    SOURCE_DTN_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_DTN_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    MAX_HOPS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PATHS_FIELD_NUMBER: _ClassVar[int]
+    source_dtn: str
+    destination_dtn: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    duration: _duration_pb2.Duration
+    policy: PathPolicy
+    include: _containers.RepeatedScalarFieldContainer[str]
+    exclude: _containers.RepeatedScalarFieldContainer[str]
+    max_hops: int
+    max_paths: int
+    def __init__(self, source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., max_paths: _Optional[int] = ...) -> None: ...
+
+class QueryAvailabilityResponse(_message.Message):
+    __slots__ = ("max_bandwidth_bps", "paths", "reason")
+    MAX_BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
+    PATHS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    max_bandwidth_bps: int
+    paths: _containers.RepeatedCompositeFieldContainer[Path]
+    reason: str
+    def __init__(self, max_bandwidth_bps: _Optional[int] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WatchReservationsRequest(_message.Message):
+    __slots__ = ("name", "include_existing")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    include_existing: bool
+    def __init__(self, name: _Optional[str] = ..., include_existing: _Optional[bool] = ...) -> None: ...
+
+class ReservationEvent(_message.Message):
+    __slots__ = ("sequence", "time", "previous_state", "state", "reason", "reservation")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    time: _timestamp_pb2.Timestamp
+    previous_state: ReservationState
+    state: ReservationState
+    reason: str
+    reservation: Reservation
+    def __init__(self, sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[ReservationState, str]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., reason: _Optional[str] = ..., reservation: _Optional[_Union[Reservation, _Mapping]] = ...) -> None: ...

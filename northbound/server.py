@@ -1,0 +1,139 @@
+"""The controller process's northbound side: core worker + gRPC server with health and reflection."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from northbound.auth import Authenticator, is_loopback
+from northbound.proto.tsdn.v1 import bandwidth_pb2, bandwidth_pb2_grpc, topology_pb2, topology_pb2_grpc
+from northbound.servicers import BandwidthServicer, TopologyServicer
+from sdn_app.core.clock import Clock, SystemClock
+from sdn_app.core.errors import FailedPrecondition, InvalidArgument
+from sdn_app.core.ledger import Ledger
+from sdn_app.core.reservations import ReservationBook
+from sdn_app.core.topology import Topology
+from sdn_app.worker import CoreWorker
+
+log = logging.getLogger(__name__)
+SERVICES = (
+    bandwidth_pb2.DESCRIPTOR.services_by_name["BandwidthService"].full_name,
+    topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,
+)
+RPC_THREADS = 64  # each open WatchReservations stream holds one
+
+
+@dataclass
+class ControllerConfig:
+    """What `tsdn controller` is started with."""
+
+    topology: Path
+    listen_grpc: str = "127.0.0.1:50051"
+    state: Path = Path("tsdn.db")
+    tokens: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+    clock: Clock = field(default_factory=SystemClock)
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidArgument(f"{what} {path}: {exc.strerror or exc}") from None
+
+
+def _credentials(config: ControllerConfig) -> grpc.ServerCredentials | None:
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise InvalidArgument("--tls-cert and --tls-key go together")
+    if config.tls_cert is None:
+        if config.client_ca is not None:
+            raise InvalidArgument("--client-ca needs --tls-cert and --tls-key")
+        return None
+    assert config.tls_key is not None
+    pair = (_read(config.tls_key, "--tls-key"), _read(config.tls_cert, "--tls-cert"))
+    client_ca = _read(config.client_ca, "--client-ca") if config.client_ca else None
+    try:
+        return grpc.ssl_server_credentials([pair], root_certificates=client_ca, require_client_auth=bool(client_ca))
+    except (ValueError, RuntimeError) as exc:
+        raise InvalidArgument(f"--tls-cert/--tls-key: not a usable PEM certificate and key: {exc}") from None
+
+
+class Controller:
+    """A running controller: the reservation book on its worker thread, served over gRPC."""
+
+    def __init__(self, config: ControllerConfig):
+        """Load everything and bind the port; nothing is served until `start`."""
+        self.config = config
+        if config.tokens is None:
+            if not is_loopback(config.listen_grpc):
+                raise InvalidArgument(
+                    f"--listen-grpc {config.listen_grpc}: without --tokens the API is open to every caller, "
+                    "which is allowed only on a loopback address"
+                )
+            self.auth = Authenticator(None)
+        else:
+            self.auth = Authenticator.from_file(config.tokens)
+        credentials = _credentials(config)
+        self.topology = Topology.load(config.topology)
+        self.ledger = Ledger(self.topology.capacities(), config.state, config.clock)
+        try:
+            self.book = ReservationBook(self.topology, self.ledger, config.clock)
+        except BaseException:
+            self.ledger.close()
+            raise
+        self.worker = CoreWorker(self.book)
+        self.health = health.HealthServicer()
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="grpc"),
+                                  options=[("grpc.so_reuseport", 0)])
+        bandwidth_pb2_grpc.add_BandwidthServiceServicer_to_server(BandwidthServicer(self.worker, self.auth),
+                                                                  self.server)
+        topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(self.worker, self.auth), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            self.server,
+        )
+        try:
+            if credentials is None:
+                self.port = self.server.add_insecure_port(config.listen_grpc)
+            else:
+                self.port = self.server.add_secure_port(config.listen_grpc, credentials)
+        except RuntimeError as exc:
+            self.ledger.close()
+            raise FailedPrecondition(f"--listen-grpc {config.listen_grpc}: cannot listen there ({exc})") from None
+        if not self.port:
+            self.ledger.close()
+            raise FailedPrecondition(f"--listen-grpc {config.listen_grpc}: cannot listen there (in use?)")
+
+    @property
+    def address(self) -> str:
+        """`host:port` actually bound (the port is chosen by the OS when 0 was asked for)."""
+        return f"{self.config.listen_grpc.rsplit(':', 1)[0]}:{self.port}"
+
+    def start(self) -> None:
+        """Start the core worker and serve."""
+        self.worker.start()
+        self.server.start()
+        for service in ("", *SERVICES):
+            self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        if self.auth.development_mode:
+            log.warning("DEVELOPMENT MODE: no --tokens file, so every caller on %s is the admin 'dev'. "
+                        "Give --tokens before anyone else can reach this port.", self.address)
+        log.info("tsdn controller: topology %s, state %s, gRPC on %s%s", self.topology.summary(), self.config.state,
+                 self.address, " (TLS)" if self.config.tls_cert else "")
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop serving (in-flight calls get `grace` seconds), stop the worker, close the database."""
+        self.health.enter_graceful_shutdown()
+        self.worker.hub.close_all()
+        self.server.stop(grace).wait(grace + 1)
+        self.worker.stop()
+        self.ledger.close()

@@ -1,0 +1,165 @@
+"""gRPC servicers: authenticate, translate, hand to the core's worker, translate back.
+
+No decisions here: every call runs `ReservationBook` methods on the `CoreWorker` thread.
+Core errors become status codes with the core's message.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+from collections.abc import Callable, Iterator
+from functools import wraps
+from typing import Any, TypeVar
+
+import grpc
+
+from northbound import convert
+from northbound.auth import Authenticator
+from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc as pb_grpc
+from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
+from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
+from sdn_app.core.errors import InvalidArgument, TsdnError
+from sdn_app.core.reservations import Event, Principal, ReservationBook
+from sdn_app.worker import CoreWorker
+
+log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+WATCH_POLL_SECONDS = 0.5
+
+
+def _status(error: TsdnError) -> grpc.StatusCode:
+    return getattr(grpc.StatusCode, error.code, grpc.StatusCode.UNKNOWN)
+
+
+def rpc(method: F) -> F:
+    """Authenticate the caller, pass the principal in, turn core errors into status codes."""
+    @wraps(method)
+    def handler(self: _Base, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            principal = self.auth.authenticate(context.invocation_metadata())
+            return method(self, request, context, principal)
+        except TsdnError as error:
+            context.abort(_status(error), str(error))
+        except RuntimeError as error:
+            if not self.worker.running:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down")
+            log.exception("internal error in %s", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {error}")
+    return handler  # type: ignore[return-value]
+
+
+class _Base:
+    def __init__(self, worker: CoreWorker, auth: Authenticator):
+        self.worker = worker
+        self.auth = auth
+
+    @property
+    def book(self) -> ReservationBook:
+        return self.worker.book
+
+
+class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
+    """tsdn.v1.BandwidthService."""
+
+    @rpc
+    def CreateReservation(self, request: pb.CreateReservationRequest, context, principal: Principal):
+        bandwidth = convert.bandwidth_in(request.bandwidth_bps)
+
+        def create() -> pb.Reservation:
+            path_request = convert.path_request_in(request, bandwidth, self.book.clock.now(), request.protect)
+            reservation = self.book.create(principal, path_request, dict(request.labels), request.request_id,
+                                           request.validate_only)
+            return convert.reservation_out(reservation)
+        return self.worker.call(create)
+
+    @rpc
+    def GetReservation(self, request: pb.GetReservationRequest, context, principal: Principal):
+        return self.worker.call(lambda: convert.reservation_out(self.book.get(principal, request.name)))
+
+    @rpc
+    def ListReservations(self, request: pb.ListReservationsRequest, context, principal: Principal):
+        state = convert.state_in(request.state)
+
+        def listing() -> pb.ListReservationsResponse:
+            page, token = self.book.list(principal, state, request.dtn, request.owner, request.page_size,
+                                         request.page_token)
+            return pb.ListReservationsResponse(reservations=[convert.reservation_out(r) for r in page],
+                                               next_page_token=token)
+        return self.worker.call(listing)
+
+    @rpc
+    def ModifyReservation(self, request: pb.ModifyReservationRequest, context, principal: Principal):
+        bandwidth = convert.bandwidth_in(request.bandwidth_bps) if request.HasField("bandwidth_bps") else None
+        which = request.WhichOneof("new_end")
+        if which == "end_time":
+            end = convert.timestamp_in(request.end_time, "end_time")
+        elif which == "until_released":
+            if not request.until_released:
+                raise InvalidArgument("until_released: set it to true to remove the end time, or leave it out")
+            end = float("inf")
+        else:
+            end = None
+        return self.worker.call(lambda: convert.reservation_out(
+            self.book.modify(principal, request.name, bandwidth, end, request.validate_only)))
+
+    @rpc
+    def DeleteReservation(self, request: pb.DeleteReservationRequest, context, principal: Principal):
+        return self.worker.call(lambda: convert.reservation_out(self.book.release(principal, request.name)))
+
+    @rpc
+    def QueryAvailability(self, request: pb.QueryAvailabilityRequest, context, principal: Principal):
+        max_paths = request.max_paths or 3
+
+        def query() -> pb.QueryAvailabilityResponse:
+            path_request = convert.path_request_in(request, 1, self.book.clock.now())
+            found = self.book.availability(principal, path_request, max_paths)
+            return pb.QueryAvailabilityResponse(max_bandwidth_bps=found.max_bandwidth,
+                                                paths=[convert.path_out(p) for p in found.paths], reason=found.reason)
+        return self.worker.call(query)
+
+    def WatchReservations(self, request: pb.WatchReservationsRequest, context) -> Iterator[pb.ReservationEvent]:
+        try:
+            principal = self.auth.authenticate(context.invocation_metadata())
+            subscription, existing = self.worker.call(lambda: self._subscribe(principal, request))
+        except TsdnError as error:
+            context.abort(_status(error), str(error))
+        context.add_callback(lambda: self.worker.hub.unsubscribe(subscription))
+        try:
+            for reservation in existing:
+                yield pb.ReservationEvent(state=convert.state_out(reservation.state), reason="snapshot",
+                                          reservation=convert.reservation_out(reservation))
+            while context.is_active():
+                try:
+                    event = subscription.events.get(timeout=WATCH_POLL_SECONDS)
+                except queue.Empty:
+                    continue
+                if event is None:
+                    break
+                yield convert.event_out(event)
+        finally:
+            self.worker.hub.unsubscribe(subscription)
+        if subscription.overflowed:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          "this watcher fell too far behind; watch again with include_existing to resynchronize")
+        if not self.worker.running:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down; watch again after restart")
+
+    def _subscribe(self, principal: Principal, request: pb.WatchReservationsRequest):
+        """On the worker thread: the snapshot and the subscription see exactly the same events."""
+        existing = self.book.snapshot(principal, request.name) if request.include_existing or request.name else []
+        wanted = existing[0].id if request.name else None
+
+        def accept(event: Event) -> bool:
+            owner_ok = principal.may_see(event.reservation.owner)
+            return owner_ok and (wanted is None or event.reservation.id == wanted)
+        return self.worker.hub.subscribe(accept), existing if request.include_existing else []
+
+
+class TopologyServicer(_Base, topo_grpc.TopologyServiceServicer):
+    """tsdn.v1.TopologyService."""
+
+    @rpc
+    def GetTopology(self, request: topo_pb.GetTopologyRequest, context, principal: Principal):
+        return self.worker.call(lambda: convert.topology_out(self.book))

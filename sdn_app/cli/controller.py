@@ -1,0 +1,49 @@
+"""`tsdn controller`: the controller process (northbound gRPC API over the core)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `controller`."""
+    parser = commands.add_parser("controller", help="run the controller: gRPC API over the topology and ledger")
+    parser.add_argument("--topology", required=True, help="topology YAML, or a built-in name (sc16, ring8)")
+    parser.add_argument("--listen-grpc", default="127.0.0.1:50051", metavar="HOST:PORT",
+                        help="northbound gRPC address (default 127.0.0.1:50051; port 0 picks a free one)")
+    parser.add_argument("--state", default="tsdn.db", metavar="FILE",
+                        help="SQLite database of reservations and bookings (default tsdn.db); survives restarts")
+    parser.add_argument("--tokens", metavar="FILE",
+                        help="bearer tokens file; without it only loopback is allowed, in development mode")
+    parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (with --tls-key)")
+    parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    parser.add_argument("--client-ca", metavar="PEM", help="require client certificates signed by this CA")
+    parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    parser.set_defaults(run=run_controller)
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    """Run until SIGINT or SIGTERM."""
+    from northbound.server import Controller, ControllerConfig
+    from topologies import resolve_topology
+
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    optional = {name: Path(value) for name in ("tokens", "tls_cert", "tls_key", "client_ca")
+                if (value := getattr(args, name)) is not None}
+    controller = Controller(ControllerConfig(topology=resolve_topology(args.topology),
+                                             listen_grpc=args.listen_grpc, state=Path(args.state), **optional))
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    controller.start()
+    print(f"tsdn controller listening on {controller.address}", file=sys.stderr, flush=True)
+    stop.wait()
+    logging.getLogger(__name__).info("stopping")
+    controller.stop()
+    return 0

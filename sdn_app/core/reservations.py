@@ -1,0 +1,460 @@
+"""Reservations: bandwidth a principal holds between two DTNs, their life, and who sees them.
+
+`ReservationBook` is the one owner of reservation state. It decides admission (through
+`PathFinder` and the `Ledger`), moves reservations through their states as the clock
+passes their windows, keeps the idempotency index of `request_id`s, and records every
+change as an `Event` for watchers. Each change is one SQLite transaction shared with the
+ledger, so a reservation row and its booking are committed together or not at all.
+
+States (see the proto for the diagram): SCHEDULED until the window starts, then
+PROVISIONING and ACTIVE; MOVING and DEGRADED when the network changes under it; RELEASED,
+EXPIRED and FAILED are final. Until an OpenFlow adapter provisions switches, PROVISIONING
+is confirmed at once: the reservation is booked in the ledger only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import re
+import sqlite3
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from sdn_app.core.clock import Clock
+from sdn_app.core.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NoCapacity,
+    NotFound,
+    PermissionDenied,
+)
+from sdn_app.core.ledger import Ledger
+from sdn_app.core.paths import Path, PathFinder, PathRequest, Route
+from sdn_app.core.topology import Topology
+from sdn_app.core.units import format_bandwidth, format_time
+
+LEDGER_ONLY = "booked in the ledger only: no OpenFlow switches are controlled yet"
+_LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$")
+_REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+_RESERVATION_NAME = re.compile(r"^(reservations/)?(?P<id>[0-9a-f]{32})$")
+MAX_LABELS = 32
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+
+
+class State(StrEnum):
+    """Where a reservation is in its life."""
+
+    SCHEDULED = "SCHEDULED"
+    PROVISIONING = "PROVISIONING"
+    ACTIVE = "ACTIVE"
+    MOVING = "MOVING"
+    DEGRADED = "DEGRADED"
+    RELEASED = "RELEASED"
+    EXPIRED = "EXPIRED"
+    FAILED = "FAILED"
+
+    @property
+    def is_final(self) -> bool:
+        """Whether the reservation holds no bandwidth any more and never will."""
+        return self in (State.RELEASED, State.EXPIRED, State.FAILED)
+
+
+class Role(StrEnum):
+    """What a caller may do: admins everything, services their own reservations, agents report."""
+
+    ADMIN = "admin"
+    SERVICE = "service"
+    AGENT = "agent"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller."""
+
+    name: str
+    role: Role
+
+    def may_see(self, owner: str) -> bool:
+        """Whether this caller may see and change reservations of `owner`."""
+        return self.role is Role.ADMIN or (self.role is Role.SERVICE and owner == self.name)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A request admitted (or being checked) with its route and state."""
+
+    id: str
+    owner: str
+    request: PathRequest
+    state: State
+    route: Route | None
+    created: float
+    updated: float
+    reason: str = ""
+    request_id: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The resource name, `reservations/{id}`."""
+        return f"reservations/{self.id}" if self.id else ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A change of a reservation: `previous` is None when it was created."""
+
+    sequence: int
+    time: float
+    previous: State | None
+    reservation: Reservation
+    reason: str
+
+
+@dataclass(frozen=True)
+class Availability:
+    """What one more reservation could get between two DTNs in a window."""
+
+    max_bandwidth: int
+    paths: list[Path]
+    reason: str = ""
+
+
+class ReservationBook:
+    """Every reservation of one controller; not thread-safe: one owner calls it."""
+
+    def __init__(self, topology: Topology, ledger: Ledger, clock: Clock):
+        """Load the reservations kept in the ledger's database and reconcile them with it."""
+        self.topology = topology
+        self.ledger = ledger
+        self.clock = clock
+        self.finder = PathFinder(topology, ledger)
+        self._reservations: dict[str, Reservation] = {}
+        self._by_request: dict[tuple[str, str], str] = {}
+        self._events: list[Event] = []
+        self._sequence = 0
+        self.ledger.write(_create_table)
+        self._load()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def get(self, principal: Principal, name: str) -> Reservation:
+        """The reservation called `name` (`reservations/{id}` or the id), if the caller may see it."""
+        reservation = self._find(name)
+        if not principal.may_see(reservation.owner):
+            raise PermissionDenied(f"{reservation.name} belongs to another principal")
+        return reservation
+
+    def list(self, principal: Principal, state: State | None = None, dtn: str = "", owner: str = "",
+             page_size: int = 0, page_token: str = "") -> tuple[list[Reservation], str]:
+        """A page of the reservations the caller may see, newest first, and the next page's token."""
+        _require_role(principal, "list reservations")
+        if owner and owner != principal.name and principal.role is not Role.ADMIN:
+            raise PermissionDenied(f"owner: only admins may list reservations of {owner!r}")
+        if dtn:
+            self.topology.dtn(dtn)
+        if page_size < 0:
+            raise InvalidArgument(f"page_size: must not be negative, got {page_size}")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        query = json.dumps([state or "", dtn, owner])
+        after = _decode_page_token(page_token, query) if page_token else None
+        matching = sorted(
+            (r for r in self._reservations.values()
+             if principal.may_see(r.owner) and (not owner or r.owner == owner)
+             and (state is None or r.state == state) and (not dtn or dtn in (r.request.src, r.request.dst))),
+            key=lambda r: (-r.created, r.id),
+        )
+        if after is not None:
+            matching = [r for r in matching if (-r.created, r.id) > after]
+        page = matching[:size]
+        token = _encode_page_token(query, page[-1]) if len(matching) > size else ""
+        return page, token
+
+    def availability(self, principal: Principal, request: PathRequest, max_paths: int = 3) -> Availability:
+        """The largest bandwidth bookable for `request`'s DTNs and window, and candidate paths."""
+        _require_role(principal, "query availability")
+        if not 1 <= max_paths <= 20:
+            raise InvalidArgument(f"max_paths: ask for 1 to 20 paths, got {max_paths}")
+        probe = replace(request, bandwidth=1, protect=False)
+        try:
+            widest = self.finder.route(replace(probe, policy="widest")).primary
+            paths = self.finder.alternatives(probe, max_paths)
+        except (NoCapacity, FailedPrecondition) as refusal:
+            return Availability(0, [], str(refusal))
+        return Availability(widest.free_bps, paths)
+
+    def booked_now(self, direction: str) -> int:
+        """Bandwidth booked on a link direction at this instant."""
+        now = self.clock.now()
+        return self.ledger.used(direction, now, math.nextafter(now, math.inf))
+
+    def take_events(self) -> list[Event]:
+        """The events recorded since the last call, oldest first."""
+        events, self._events = self._events, []
+        return events
+
+    def snapshot(self, principal: Principal, name: str = "") -> list[Reservation]:
+        """Live reservations the caller may see (one, when `name` is given), oldest first."""
+        if name:
+            return [self.get(principal, name)]
+        return sorted((r for r in self._reservations.values()
+                       if not r.state.is_final and principal.may_see(r.owner)), key=lambda r: (r.created, r.id))
+
+    # -- changing ------------------------------------------------------------------------
+
+    def create(self, principal: Principal, request: PathRequest, labels: Mapping[str, str] | None = None,
+               request_id: str = "", validate_only: bool = False) -> Reservation:
+        """Admit `request` for the caller, or raise why not; idempotent per `request_id`.
+
+        A retry with a `request_id` already used by this caller returns that reservation
+        (whatever its state now) instead of booking again.
+        """
+        _require_role(principal, "create reservations")
+        labels = _check_labels(labels or {})
+        if request_id and not _REQUEST_ID.match(request_id):
+            raise InvalidArgument("request_id: 1 to 128 printable ASCII characters without spaces")
+        if request_id and (principal.name, request_id) in self._by_request:
+            earlier = self._reservations[self._by_request[(principal.name, request_id)]]
+            if _same_request(earlier.request, request):
+                return earlier
+            raise AlreadyExists(
+                f"request_id {request_id!r} was used for {earlier.name}, a different request; "
+                "use a new request_id for a new request"
+            )
+        now = self.clock.now()
+        if request.end <= now:
+            raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
+        route = self.finder.route(request)
+        state = State.SCHEDULED if request.start > now else State.ACTIVE
+        if validate_only:
+            self.ledger.check(route.direction_ids, request.bandwidth, request.start, request.end)
+            return Reservation("", principal.name, request, state, route, now, now,
+                               "validate_only: checked, nothing was booked", request_id, labels)
+        reservation = Reservation(uuid.uuid4().hex, principal.name, request, state, route, now, now,
+                                  LEDGER_ONLY if state is State.ACTIVE else "", request_id, labels)
+        self.ledger.reserve(route.direction_ids, request.bandwidth, request.start, request.end,
+                            booking_id=reservation.id, also=lambda db: _insert(db, reservation))
+        self._remember(reservation)
+        if state is State.ACTIVE:
+            self._record(None, replace(reservation, state=State.PROVISIONING, reason="window started"))
+            self._record(State.PROVISIONING, reservation)
+        else:
+            self._record(None, reservation)
+        return reservation
+
+    def modify(self, principal: Principal, name: str, bandwidth: int | None = None, end: float | None = None,
+               validate_only: bool = False) -> Reservation:
+        """Change bandwidth and/or end (`math.inf`: until released) on the same path, all or nothing."""
+        old = self.get(principal, name)
+        if old.state.is_final:
+            raise FailedPrecondition(f"{old.name} is {old.state}; only live reservations can be modified")
+        if bandwidth is None and end is None:
+            raise InvalidArgument("give a new bandwidth_bps or end time")
+        request = replace(old.request, bandwidth=old.request.bandwidth if bandwidth is None else bandwidth,
+                          end=old.request.end if end is None else end)
+        if end is not None and end <= self.clock.now():
+            raise InvalidArgument(f"end_time: {format_time(end)} is already past")
+        assert old.route is not None
+        if validate_only:
+            self.ledger.check(old.route.direction_ids, request.bandwidth, request.start, request.end, ignore=old.id)
+            return replace(old, request=request, reason="validate_only: checked, nothing was changed")
+        changes = []
+        if request.bandwidth != old.request.bandwidth:
+            changes.append(f"bandwidth {format_bandwidth(old.request.bandwidth)} -> "
+                           f"{format_bandwidth(request.bandwidth)}")
+        if request.end != old.request.end:
+            changes.append(f"end {format_time(old.request.end)} -> {format_time(request.end)}")
+        reason = "modified: " + ", ".join(changes) if changes else "modified: nothing changed"
+        new = replace(old, request=request, updated=self.clock.now(), reason=reason)
+        self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end,
+                           also=lambda db: _update(db, new))
+        self._remember(new)
+        self._record(old.state, new)
+        return new
+
+    def release(self, principal: Principal, name: str) -> Reservation:
+        """Release a reservation and its bandwidth; a final one is returned unchanged."""
+        old = self.get(principal, name)
+        if old.state.is_final:
+            return old
+        new = replace(old, state=State.RELEASED, updated=self.clock.now(), reason=f"released by {principal.name}")
+        self.ledger.release(old.id, also=lambda db: _update(db, new))
+        self._remember(new)
+        self._record(old.state, new)
+        return new
+
+    def tick(self) -> None:
+        """Start the windows that began and expire those that ended, by the clock."""
+        now = self.clock.now()
+        for old in sorted(self._reservations.values(), key=lambda r: (r.request.start, r.id)):
+            if old.state is State.SCHEDULED and old.request.start <= now < old.request.end:
+                new = replace(old, state=State.ACTIVE, updated=now, reason=LEDGER_ONLY)
+                self.ledger.write(lambda db, new=new: _update(db, new))
+                self._remember(new)
+                self._record(State.SCHEDULED, replace(new, state=State.PROVISIONING, reason="window started"))
+                self._record(State.PROVISIONING, new)
+        ending = [r for r in self._reservations.values() if not r.state.is_final and r.request.end <= now]
+        if not ending:
+            return
+        ended = [replace(r, state=State.EXPIRED, updated=now, reason=f"window ended at {format_time(r.request.end)}")
+                 for r in sorted(ending, key=lambda r: (r.request.end, r.id))]
+
+        def write_all(db: sqlite3.Connection) -> None:
+            for new in ended:
+                _update(db, new)
+        if self.ledger.expire(now, also=write_all) == [] and ended:
+            self.ledger.write(write_all)  # reservations whose bookings were already gone
+        for old, new in zip(sorted(ending, key=lambda r: (r.request.end, r.id)), ended, strict=True):
+            self._remember(new)
+            self._record(old.state, new)
+
+    def next_deadline(self) -> float:
+        """When `tick` next has something to do (math.inf when nothing is pending)."""
+        times = [r.request.start if r.state is State.SCHEDULED else r.request.end
+                 for r in self._reservations.values() if not r.state.is_final]
+        return min(times, default=math.inf)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _find(self, name: str) -> Reservation:
+        match = _RESERVATION_NAME.match(name or "")
+        if not match:
+            raise InvalidArgument(f"name: {name!r} is not a reservation name like reservations/<32 hex digits>")
+        try:
+            return self._reservations[match["id"]]
+        except KeyError:
+            raise NotFound(f"no reservation reservations/{match['id']}") from None
+
+    def _remember(self, reservation: Reservation) -> None:
+        self._reservations[reservation.id] = reservation
+        if reservation.request_id:
+            self._by_request[(reservation.owner, reservation.request_id)] = reservation.id
+
+    def _record(self, previous: State | None, reservation: Reservation) -> None:
+        self._sequence += 1
+        self._events.append(Event(self._sequence, self.clock.now(), previous, reservation, reservation.reason))
+
+    def _load(self) -> None:
+        rows = self.ledger.query("SELECT body FROM reservations")
+        for (body,) in rows:
+            self._remember(_from_json(json.loads(body), self.topology))
+        booked = {b.id for b in self.ledger.bookings()}
+        now = self.clock.now()
+        for reservation in list(self._reservations.values()):
+            if not reservation.state.is_final and reservation.id not in booked and reservation.request.end > now:
+                lost = replace(reservation, state=State.FAILED, updated=now,
+                               reason="its booking was missing from the ledger at start-up")
+                self.ledger.write(lambda db, lost=lost: _update(db, lost))
+                self._remember(lost)
+        for orphan in booked - set(self._reservations):
+            self.ledger.release(orphan)  # a booking no reservation owns holds bandwidth for nobody
+
+
+def _require_role(principal: Principal, what: str) -> None:
+    if principal.role not in (Role.ADMIN, Role.SERVICE):
+        raise PermissionDenied(f"principal {principal.name!r} (role {principal.role}) may not {what}")
+
+
+def _check_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
+    if len(labels) > MAX_LABELS:
+        raise InvalidArgument(f"labels: at most {MAX_LABELS}, got {len(labels)}")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+            raise InvalidArgument(f"labels: key {key!r} must be 1-63 lowercase letters, digits, '.', '_', '-', '/'")
+        if not isinstance(value, str) or len(value) > 256 or not value.isprintable():
+            raise InvalidArgument(f"labels[{key}]: value must be printable text of at most 256 characters")
+    return MappingProxyType(dict(sorted(labels.items())))
+
+
+def _same_request(a: PathRequest, b: PathRequest) -> bool:
+    """Whether a retry asks for the same thing (times may differ: 'now' moves between retries)."""
+    keys = ("src", "dst", "bandwidth", "policy", "include", "exclude", "max_hops", "protect")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def _encode_page_token(query: str, last: Reservation) -> str:
+    data = json.dumps({"q": hashlib.sha256(query.encode()).hexdigest()[:16], "c": last.created, "i": last.id})
+    return base64.urlsafe_b64encode(data.encode()).decode()
+
+
+def _decode_page_token(token: str, query: str) -> tuple[float, str]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if data["q"] != hashlib.sha256(query.encode()).hexdigest()[:16]:
+            raise InvalidArgument("page_token: it belongs to a listing with other filters")
+        return (-float(data["c"]), str(data["i"]))
+    except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise InvalidArgument("page_token: not a token this server gave out") from None
+
+
+def _create_table(db: sqlite3.Connection) -> None:
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS reservations (
+               id TEXT PRIMARY KEY,
+               owner TEXT NOT NULL,
+               request_id TEXT NOT NULL,
+               state TEXT NOT NULL,
+               body TEXT NOT NULL
+           )"""
+    )
+
+
+def _insert(db: sqlite3.Connection, r: Reservation) -> None:
+    db.execute("INSERT INTO reservations (id, owner, request_id, state, body) VALUES (?, ?, ?, ?, ?)",
+               (r.id, r.owner, r.request_id, r.state, json.dumps(_to_json(r))))
+
+
+def _update(db: sqlite3.Connection, r: Reservation) -> None:
+    db.execute("UPDATE reservations SET state=?, body=? WHERE id=?", (r.state, json.dumps(_to_json(r)), r.id))
+
+
+def _path_json(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    return {"directions": list(path.direction_ids), "free_bps": path.free_bps, "bottleneck": path.bottleneck}
+
+
+def _to_json(r: Reservation) -> dict[str, Any]:
+    q = r.request
+    return {
+        "id": r.id, "owner": r.owner, "state": r.state, "reason": r.reason, "request_id": r.request_id,
+        "labels": dict(r.labels), "created": r.created, "updated": r.updated,
+        "request": {"src": q.src, "dst": q.dst, "bandwidth": q.bandwidth, "start": q.start,
+                    "end": None if math.isinf(q.end) else q.end, "policy": q.policy, "include": list(q.include),
+                    "exclude": list(q.exclude), "max_hops": q.max_hops, "protect": q.protect},
+        "primary": _path_json(r.route.primary) if r.route else None,
+        "backup": _path_json(r.route.backup) if r.route else None,
+    }
+
+
+def _from_json(data: dict[str, Any], topology: Topology) -> Reservation:
+    q = data["request"]
+    request = PathRequest(q["src"], q["dst"], q["bandwidth"], q["start"], math.inf if q["end"] is None else q["end"],
+                          q["policy"], tuple(q["include"]), tuple(q["exclude"]), q["max_hops"], q["protect"])
+
+    def path(p: dict[str, Any] | None) -> Path | None:
+        if p is None:
+            return None
+        try:
+            directions = tuple(topology.directions[d] for d in p["directions"])
+        except KeyError as missing:
+            raise FailedPrecondition(
+                f"reservation {data['id']} uses link direction {missing} that topology {topology.name} "
+                "does not have; start with the topology it was made on"
+            ) from None
+        return Path(q["src"], q["dst"], directions, p["free_bps"], p["bottleneck"])
+
+    primary = path(data["primary"])
+    route = Route(primary, path(data["backup"])) if primary else None
+    return Reservation(data["id"], data["owner"], request, State(data["state"]), route, data["created"],
+                       data["updated"], data["reason"], data["request_id"], MappingProxyType(data["labels"]))

@@ -1,0 +1,77 @@
+"""Shared fixtures: a real controller serving gRPC on a loopback port, tokens, clients."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from northbound.client import TsdnClient
+from northbound.server import Controller, ControllerConfig
+from sdn_app.core.clock import Clock, SystemClock
+from topologies import builtin_topology
+
+# principal -> (role, token)
+TOKENS = {
+    "rucio": ("service", "rucio-token-0123456789abcdef"),
+    "fts": ("service", "fts-token-0123456789abcdef"),
+    "noc": ("admin", "noc-token-0123456789abcdef"),
+    "dtn-agent": ("agent", "agent-token-0123456789abcdef"),
+}
+
+
+@pytest.fixture
+def tokens_file(tmp_path: Path) -> Path:
+    """A tokens file with two services, an admin and an agent (see TOKENS)."""
+    path = tmp_path / "tokens.yaml"
+    entries = [{"principal": p, "role": role, "token": token} for p, (role, token) in TOKENS.items()]
+    path.write_text(yaml.safe_dump({"tokens": entries}))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def start_controller(tmp_path: Path) -> Iterator[Callable[..., Controller]]:
+    """Start real controllers on 127.0.0.1 (a free port each); all are stopped after the test.
+
+    Keyword arguments override `ControllerConfig` fields (topology defaults to sc16, state to
+    tmp_path/tsdn.db so a second controller on the same state sees the first one's work).
+    """
+    started: list[Controller] = []
+
+    def start(topology: str | Path = "sc16", clock: Clock | None = None, **overrides) -> Controller:
+        path = builtin_topology(topology) if isinstance(topology, str) else topology
+        config = ControllerConfig(topology=path, listen_grpc="127.0.0.1:0", state=tmp_path / "tsdn.db",
+                                  clock=clock or SystemClock(), **overrides)
+        controller = Controller(config)
+        controller.start()
+        started.append(controller)
+        return controller
+
+    yield start
+    for controller in started:
+        controller.stop(grace=0.5)
+
+
+@pytest.fixture
+def controller(start_controller, tokens_file) -> Controller:
+    """A controller on sc16 with the tokens of TOKENS."""
+    return start_controller(tokens=tokens_file)
+
+
+@pytest.fixture
+def client_for(controller) -> Iterator[Callable[[str | None], TsdnClient]]:
+    """`client_for("rucio")`: a client of `controller` with that principal's token (None: no token)."""
+    clients: list[TsdnClient] = []
+
+    def make(principal: str | None, **options) -> TsdnClient:
+        token = TOKENS[principal][1] if principal else None
+        client = TsdnClient(controller.address, token=token, timeout=10, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
