@@ -13,6 +13,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     paths.add_argument("--quick", action="store_true", help="fewer requests; finishes in under 30 s")
     paths.add_argument("--seed", type=int, default=16, help="random seed for generated topology and requests")
     paths.set_defaults(run=run_paths)
+    northbound = sub.add_parser("northbound", help="reservations admitted per second over gRPC by concurrent clients")
+    northbound.add_argument("--quick", action="store_true", help="short phases; finishes in under 30 s")
+    northbound.add_argument("--clients", type=int, default=16, help="concurrent client threads (default 16)")
+    northbound.add_argument("--seconds", type=float, metavar="S",
+                            help="length of each measured phase (default 20; 4 with --quick)")
+    northbound.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
+    northbound.set_defaults(run=run_northbound)
 
 
 def run_paths(args: argparse.Namespace) -> int:
@@ -20,3 +27,10 @@ def run_paths(args: argparse.Namespace) -> int:
     from benchmarks.paths import main
 
     return main(quick=args.quick, seed=args.seed)
+
+
+def run_northbound(args: argparse.Namespace) -> int:
+    """`tsdn bench northbound [--quick] [--clients N] [--seconds S]`."""
+    from benchmarks.northbound import main
+
+    return main(quick=args.quick, clients=args.clients, seconds=args.seconds, seed=args.seed)

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import math
 
+from sdn_app.cli import reservations
 from sdn_app.cli.output import print_json, table
+from sdn_app.cli.request_args import add_request_arguments, request_from_args
 from sdn_app.cli.topo import load
 from sdn_app.core.clock import SystemClock
-from sdn_app.core.errors import InvalidArgument
-from sdn_app.core.paths import POLICIES, Path, PathFinder, PathRequest, Route, Unbooked, path_to_dict
+from sdn_app.core.paths import Path, PathFinder, PathRequest, Route, Unbooked, path_to_dict
 from sdn_app.core.units import (
     format_bandwidth,
     format_time,
     format_window,
-    parse_bandwidth,
-    parse_duration,
-    parse_time,
 )
 
 
@@ -36,44 +33,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="list up to K alternative paths instead of one route")
     compute.add_argument("--json", action="store_true", help="machine-readable output")
     compute.set_defaults(run=run_compute)
-
-
-def add_request_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options every bandwidth request shares: bandwidth, window, policy, constraints."""
-    parser.add_argument("--bandwidth", "-b", required=True, metavar="BW", help="e.g. 400M, 100G, 1.5T")
-    parser.add_argument("--policy", choices=POLICIES, default="shortest",
-                        help="shortest (hops, or latency when every link has one) or widest (most free bandwidth)")
-    parser.add_argument("--start", default="now", metavar="T",
-                        help="'now', '+30m', ISO 8601 (UTC unless a zone is given), or epoch seconds")
-    end = parser.add_mutually_exclusive_group()
-    end.add_argument("--end", metavar="T", help="end of the window (default: until released)")
-    end.add_argument("--duration", metavar="D", help="length of the window, e.g. 90s, 1h30m, 2d")
-    parser.add_argument("--include", action="append", default=[], metavar="SWITCH|LINK",
-                        help="pass through this switch or link (repeat, in order)")
-    parser.add_argument("--exclude", action="append", default=[], metavar="SWITCH|LINK",
-                        help="avoid this switch or link; 'a--b' means every link between a and b (repeat)")
-    parser.add_argument("--max-hops", type=int, metavar="N", help="at most N switch-to-switch links")
-    parser.add_argument("--protect", action="store_true", help="also find a link-disjoint backup path")
-
-
-def request_from_args(args: argparse.Namespace, now: float) -> PathRequest:
-    """Build a `PathRequest` from parsed options, with errors that name the option."""
-    start = parse_time(args.start, now, "--start")
-    if args.end is not None:
-        end = parse_time(args.end, now, "--end")
-    elif args.duration is not None:
-        end = start + parse_duration(args.duration, "--duration")
-    else:
-        end = math.inf
-    if end <= start:
-        raise InvalidArgument(f"--end: {format_time(end)} is not after --start {format_time(start)}")
-    if args.max_hops is not None and args.max_hops < 0:
-        raise InvalidArgument(f"--max-hops: must be zero or more, got {args.max_hops}")
-    return PathRequest(
-        src=args.src, dst=args.dst, bandwidth=parse_bandwidth(args.bandwidth, "--bandwidth"),
-        start=start, end=end, policy=args.policy, include=tuple(args.include), exclude=tuple(args.exclude),
-        max_hops=args.max_hops, protect=args.protect,
-    )
+    reservations.register(sub)
 
 
 def run_compute(args: argparse.Namespace) -> int:

@@ -1,0 +1,246 @@
+"""`tsdn path request|list|show|modify|release|watch|availability`: reservations on a controller."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from google.protobuf.json_format import MessageToDict
+
+from sdn_app.cli.output import EXIT_BAD_INPUT, EXIT_REFUSED, fail, print_json, table
+from sdn_app.cli.request_args import add_request_arguments, request_from_args
+from sdn_app.core.clock import SystemClock
+from sdn_app.core.errors import InvalidArgument
+from sdn_app.core.units import format_bandwidth, format_time, format_window, parse_bandwidth, parse_time
+
+EXIT_AUTH = 3
+EXIT_UNAVAILABLE = 4
+STATES = ("SCHEDULED", "PROVISIONING", "ACTIVE", "MOVING", "DEGRADED", "RELEASED", "EXPIRED", "FAILED")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the controller-facing subcommands under `tsdn path`."""
+    request = sub.add_parser("request", help="reserve bandwidth between two DTNs on the controller")
+    request.add_argument("src", metavar="SRC", help="source DTN")
+    request.add_argument("dst", metavar="DST", help="destination DTN")
+    add_request_arguments(request)
+    request.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label (repeat)")
+    request.add_argument("--request-id", help="idempotency key: a retry with it never books twice (default: new)")
+    request.add_argument("--validate-only", action="store_true", help="check admission, book nothing")
+    _client_options(request, run_request)
+
+    listing = sub.add_parser("list", help="list reservations (newest first)")
+    listing.add_argument("--state", choices=STATES, help="only this state")
+    listing.add_argument("--dtn", default="", help="only reservations from or to this DTN")
+    listing.add_argument("--owner", default="", help="only this principal's (admins)")
+    _client_options(listing, run_list)
+
+    for name, run, text in (("show", run_show, "show one reservation"),
+                            ("release", run_release, "release a reservation and its bandwidth")):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("id", metavar="ID", help="reservation id or reservations/ID")
+        _client_options(command, run)
+
+    modify = sub.add_parser("modify", help="change a reservation's bandwidth or end time")
+    modify.add_argument("id", metavar="ID", help="reservation id or reservations/ID")
+    modify.add_argument("--bandwidth", "-b", metavar="BW", help="new bandwidth, e.g. 40G")
+    end = modify.add_mutually_exclusive_group()
+    end.add_argument("--end", metavar="T", help="new end: ISO 8601, '+2h', or epoch seconds")
+    end.add_argument("--until-released", action="store_true", help="remove the end time")
+    modify.add_argument("--validate-only", action="store_true", help="check, change nothing")
+    _client_options(modify, run_modify)
+
+    watch = sub.add_parser("watch", help="print reservation events as they happen (Ctrl-C stops)")
+    watch.add_argument("id", metavar="ID", nargs="?", default="", help="only this reservation")
+    watch.add_argument("--existing", action="store_true", help="first print every live reservation")
+    _client_options(watch, run_watch)
+
+    availability = sub.add_parser("availability", help="largest bandwidth bookable between two DTNs, and paths")
+    availability.add_argument("src", metavar="SRC", help="source DTN")
+    availability.add_argument("dst", metavar="DST", help="destination DTN")
+    add_request_arguments(availability, bandwidth=False, protect=False, policy="widest")
+    availability.add_argument("--paths", type=int, default=3, metavar="N", help="candidate paths (default 3)")
+    _client_options(availability, run_availability)
+
+
+def _client_options(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace, object], int]) -> None:
+    parser.add_argument("--controller", default=os.environ.get("TSDN_CONTROLLER", "127.0.0.1:50051"),
+                        metavar="HOST:PORT", help="controller's gRPC address (env TSDN_CONTROLLER)")
+    parser.add_argument("--token-file", default=os.environ.get("TSDN_TOKEN_FILE"), metavar="FILE",
+                        help="file holding your bearer token (env TSDN_TOKEN_FILE)")
+    parser.add_argument("--tls-ca", metavar="PEM", help="use TLS, trusting this CA certificate")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S", help="deadline per call (default 10)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(run=lambda args: _with_client(args, run))
+
+
+def _with_client(args: argparse.Namespace, run: Callable) -> int:
+    from northbound.client import ApiError, TsdnClient
+
+    token = None
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise InvalidArgument(f"--token-file {args.token_file}: {exc.strerror or exc}") from None
+        if not token:
+            raise InvalidArgument(f"--token-file {args.token_file}: the file is empty")
+    tls_ca = None
+    if args.tls_ca:
+        try:
+            tls_ca = Path(args.tls_ca).read_bytes()
+        except OSError as exc:
+            raise InvalidArgument(f"--tls-ca {args.tls_ca}: {exc.strerror or exc}") from None
+    if args.timeout <= 0:
+        raise InvalidArgument("--timeout: must be positive")
+    try:
+        with TsdnClient(args.controller, token=token, timeout=args.timeout, tls_ca=tls_ca) as client:
+            return run(args, client)
+    except ApiError as error:
+        return fail(error.message, _exit_code(error.code.name))
+
+
+def _exit_code(code: str) -> int:
+    if code in ("RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ALREADY_EXISTS"):
+        return EXIT_REFUSED
+    if code in ("INVALID_ARGUMENT", "NOT_FOUND", "OUT_OF_RANGE"):
+        return EXIT_BAD_INPUT
+    if code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return EXIT_AUTH
+    return EXIT_UNAVAILABLE
+
+
+def _as_dict(message) -> dict:
+    return MessageToDict(message, preserving_proto_field_name=True)
+
+
+def _epoch(ts) -> float:
+    return ts.seconds + ts.nanos / 1e9
+
+
+def _route(path) -> str:
+    return " > ".join(path.route) if path.route else "-"
+
+
+def _print_reservation(r, args: argparse.Namespace) -> None:
+    if args.json:
+        print_json(_as_dict(r))
+        return
+    from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+
+    end = _epoch(r.end_time) if r.HasField("end_time") else math.inf
+    print(f"{r.name}  {pb.ReservationState.Name(r.state)}  owner {r.owner}")
+    print(f"  {r.source_dtn} -> {r.destination_dtn}: {format_bandwidth(r.bandwidth_bps)}, "
+          f"{pb.PathPolicy.Name(r.policy).lower()}, {format_window(_epoch(r.start_time), end)}")
+    if r.state_reason:
+        print(f"  reason: {r.state_reason}")
+    for label, path in (("path:  ", r.path), ("backup:", r.backup_path)):
+        if path.route:
+            print(f"  {label} {_route(path)}  ({path.hop_count} hop{'' if path.hop_count == 1 else 's'})")
+    if r.labels:
+        print("  labels: " + ", ".join(f"{k}={v}" for k, v in sorted(r.labels.items())))
+
+
+def run_request(args: argparse.Namespace, client) -> int:
+    """`tsdn path request SRC DST --bandwidth BW ...`."""
+    request = request_from_args(args, SystemClock().now())
+    labels = {}
+    for item in args.label:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidArgument(f"--label: {item!r} is not KEY=VALUE")
+        labels[key] = value
+    reservation = client.create_reservation(
+        request.src, request.dst, request.bandwidth, start=request.start,
+        end=None if math.isinf(request.end) else request.end, policy=request.policy, include=request.include,
+        exclude=request.exclude, max_hops=request.max_hops, protect=request.protect, labels=labels,
+        request_id=args.request_id, validate_only=args.validate_only,
+    )
+    _print_reservation(reservation, args)
+    return 0
+
+
+def run_list(args: argparse.Namespace, client) -> int:
+    """`tsdn path list`."""
+    from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+
+    found = list(client.list_reservations(state=args.state, dtn=args.dtn, owner=args.owner))
+    if args.json:
+        print_json([_as_dict(r) for r in found])
+        return 0
+    print(table(["ID", "STATE", "OWNER", "SRC", "DST", "BANDWIDTH", "START", "END", "PATH"],
+                [(r.id, pb.ReservationState.Name(r.state), r.owner, r.source_dtn, r.destination_dtn,
+                  format_bandwidth(r.bandwidth_bps), format_time(_epoch(r.start_time)),
+                  format_time(_epoch(r.end_time)) if r.HasField("end_time") else "released",
+                  " > ".join(r.path.route[1:-1])) for r in found]))
+    return 0
+
+
+def run_show(args: argparse.Namespace, client) -> int:
+    """`tsdn path show ID`."""
+    _print_reservation(client.get_reservation(args.id), args)
+    return 0
+
+
+def run_release(args: argparse.Namespace, client) -> int:
+    """`tsdn path release ID`."""
+    _print_reservation(client.delete_reservation(args.id), args)
+    return 0
+
+
+def run_modify(args: argparse.Namespace, client) -> int:
+    """`tsdn path modify ID [--bandwidth BW] [--end T | --until-released]`."""
+    bandwidth = parse_bandwidth(args.bandwidth, "--bandwidth") if args.bandwidth else None
+    end = math.inf if args.until_released else (
+        parse_time(args.end, SystemClock().now(), "--end") if args.end else None)
+    if bandwidth is None and end is None:
+        raise InvalidArgument("give --bandwidth, --end or --until-released")
+    _print_reservation(client.modify_reservation(args.id, bandwidth, end, args.validate_only), args)
+    return 0
+
+
+def run_watch(args: argparse.Namespace, client) -> int:
+    """`tsdn path watch [ID] [--existing]`: one line (or JSON object) per event."""
+    import json
+
+    from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+
+    for event in client.watch(args.id, include_existing=args.existing):
+        if args.json:
+            print(json.dumps(_as_dict(event)), flush=True)
+            continue
+        r = event.reservation
+        before = pb.ReservationState.Name(event.previous_state) if event.previous_state else "new"
+        when = format_time(_epoch(event.time)) if event.HasField("time") else "now"
+        print(f"{when}  {r.id}  {before} -> {pb.ReservationState.Name(event.state)}  "
+              f"{r.source_dtn} -> {r.destination_dtn} {format_bandwidth(r.bandwidth_bps)}  {event.reason}",
+              flush=True)
+    print("tsdn: the controller ended the watch", file=sys.stderr)
+    return EXIT_UNAVAILABLE
+
+
+def run_availability(args: argparse.Namespace, client) -> int:
+    """`tsdn path availability SRC DST [--start ...] [--end|--duration]`."""
+    request = request_from_args(args, SystemClock().now())
+    if not 1 <= args.paths <= 20:
+        raise InvalidArgument("--paths: 1 to 20")
+    found = client.query_availability(
+        request.src, request.dst, start=request.start, end=None if math.isinf(request.end) else request.end,
+        policy=request.policy, include=request.include, exclude=request.exclude, max_hops=request.max_hops,
+        max_paths=args.paths,
+    )
+    if args.json:
+        print_json(_as_dict(found))
+        return 0
+    print(f"{request.src} -> {request.dst}: at most {format_bandwidth(found.max_bandwidth_bps)} bookable")
+    if found.reason:
+        print(f"  {found.reason}")
+    if found.paths:
+        print(table(["#", "ROUTE", "HOPS", "FREE", "BOTTLENECK"],
+                    [(i + 1, _route(p), p.hop_count, format_bandwidth(p.free_bps), p.bottleneck)
+                     for i, p in enumerate(found.paths)]))
+    return 0
