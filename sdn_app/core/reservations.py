@@ -150,9 +150,18 @@ class ReservationBook:
 
     def get(self, principal: Principal, name: str) -> Reservation:
         """The reservation called `name` (`reservations/{id}` or the id), if the caller may see it."""
+        _require_role(principal, "read reservations")
         reservation = self._find(name)
         if not principal.may_see(reservation.owner):
             raise PermissionDenied(f"{reservation.name} belongs to another principal")
+        return reservation
+
+    def _current(self, principal: Principal, name: str) -> Reservation:
+        """`get`, after ticking if the clock passed this reservation's window start or end."""
+        reservation = self.get(principal, name)
+        if not reservation.state.is_final and self.next_deadline() <= self.clock.now():
+            self.tick()
+            reservation = self._reservations[reservation.id]
         return reservation
 
     def list(self, principal: Principal, state: State | None = None, dtn: str = "", owner: str = "",
@@ -205,6 +214,7 @@ class ReservationBook:
 
     def snapshot(self, principal: Principal, name: str = "") -> list[Reservation]:
         """Live reservations the caller may see (one, when `name` is given), oldest first."""
+        _require_role(principal, "watch reservations")
         if name:
             return [self.get(principal, name)]
         return sorted((r for r in self._reservations.values()
@@ -221,7 +231,7 @@ class ReservationBook:
         """
         _require_role(principal, "create reservations")
         labels = _check_labels(labels or {})
-        if request_id and not _REQUEST_ID.match(request_id):
+        if request_id and not _REQUEST_ID.fullmatch(request_id):
             raise InvalidArgument("request_id: 1 to 128 printable ASCII characters without spaces")
         if request_id and (principal.name, request_id) in self._by_request:
             earlier = self._reservations[self._by_request[(principal.name, request_id)]]
@@ -255,7 +265,7 @@ class ReservationBook:
     def modify(self, principal: Principal, name: str, bandwidth: int | None = None, end: float | None = None,
                validate_only: bool = False) -> Reservation:
         """Change bandwidth and/or end (`math.inf`: until released) on the same path, all or nothing."""
-        old = self.get(principal, name)
+        old = self._current(principal, name)
         if old.state.is_final:
             raise FailedPrecondition(f"{old.name} is {old.state}; only live reservations can be modified")
         if bandwidth is None and end is None:
@@ -284,7 +294,7 @@ class ReservationBook:
 
     def release(self, principal: Principal, name: str) -> Reservation:
         """Release a reservation and its bandwidth; a final one is returned unchanged."""
-        old = self.get(principal, name)
+        old = self._current(principal, name)
         if old.state.is_final:
             return old
         new = replace(old, state=State.RELEASED, updated=self.clock.now(), reason=f"released by {principal.name}")
@@ -327,7 +337,7 @@ class ReservationBook:
     # -- internals -----------------------------------------------------------------------
 
     def _find(self, name: str) -> Reservation:
-        match = _RESERVATION_NAME.match(name or "")
+        match = _RESERVATION_NAME.fullmatch(name or "")
         if not match:
             raise InvalidArgument(f"name: {name!r} is not a reservation name like reservations/<32 hex digits>")
         try:
@@ -356,8 +366,11 @@ class ReservationBook:
                                reason="its booking was missing from the ledger at start-up")
                 self.ledger.write(lambda db, lost=lost: _update(db, lost))
                 self._remember(lost)
-        for orphan in booked - set(self._reservations):
-            self.ledger.release(orphan)  # a booking no reservation owns holds bandwidth for nobody
+                self._record(reservation.state, lost)
+        for booking in booked:
+            owner = self._reservations.get(booking)
+            if owner is None or owner.state.is_final:
+                self.ledger.release(booking)  # held for no live reservation: free it
 
 
 def _require_role(principal: Principal, what: str) -> None:
@@ -369,7 +382,7 @@ def _check_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
     if len(labels) > MAX_LABELS:
         raise InvalidArgument(f"labels: at most {MAX_LABELS}, got {len(labels)}")
     for key, value in labels.items():
-        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+        if not isinstance(key, str) or not _LABEL_KEY.fullmatch(key):
             raise InvalidArgument(f"labels: key {key!r} must be 1-63 lowercase letters, digits, '.', '_', '-', '/'")
         if not isinstance(value, str) or len(value) > 256 or not value.isprintable():
             raise InvalidArgument(f"labels[{key}]: value must be printable text of at most 256 characters")
@@ -442,12 +455,16 @@ def _from_json(data: dict[str, Any], topology: Topology) -> Reservation:
     request = PathRequest(q["src"], q["dst"], q["bandwidth"], q["start"], math.inf if q["end"] is None else q["end"],
                           q["policy"], tuple(q["include"]), tuple(q["exclude"]), q["max_hops"], q["protect"])
 
+    final = State(data["state"]).is_final
+
     def path(p: dict[str, Any] | None) -> Path | None:
         if p is None:
             return None
         try:
             directions = tuple(topology.directions[d] for d in p["directions"])
         except KeyError as missing:
+            if final:
+                return None  # history on a link since removed: the route no longer matters
             raise FailedPrecondition(
                 f"reservation {data['id']} uses link direction {missing} that topology {topology.name} "
                 "does not have; start with the topology it was made on"
