@@ -90,10 +90,11 @@ class Record:
 
 @dataclass
 class Tally:
-    """The records of one phase's measured window (seconds)."""
+    """The records of one phase's measured window (`window` seconds from `start`, perf_counter)."""
 
     window: float
     records: list[Record]
+    start: float = 0.0
 
     def of(self, kind: str | None = None, outcome: str | None = None) -> list[Record]:
         return [r for r in self.records
@@ -101,6 +102,13 @@ class Tally:
 
     def rate(self, kind: str | None = None, outcome: str | None = None) -> float:
         return round(len(self.of(kind, outcome)) / self.window, 1) if self.window > 0 else 0.0
+
+    def rates_by_part(self, parts: int, kind: str, outcome: str = "ok") -> list[float]:
+        """The rate in each of `parts` equal slices of the window: does it hold up as state grows?"""
+        counts = [0] * parts
+        for record in self.of(kind, outcome):
+            counts[min(parts - 1, int((record.done - self.start) / self.window * parts))] += 1
+        return [round(count * parts / self.window, 1) for count in counts]
 
 
 def percentile_ms(latencies: list[float], fraction: float) -> float | None:
@@ -222,7 +230,7 @@ def drive(make_operation: Callable[[int], tuple[Operation, Callable[[], None]]],
             close()
     window_start, window_end = began + warmup, began + warmup + seconds
     kept = [r for records in per_thread for r in records if window_start <= r.done < window_end]
-    return Tally(seconds, kept)
+    return Tally(seconds, kept, window_start)
 
 
 def timed(kind: str, call: Callable[[], object], failures: list[str]) -> tuple[tuple[str, float, float, str], object]:
@@ -334,9 +342,37 @@ def core_phase(workdir: Path, dtns: list[str], seconds: float, seed: int) -> dic
 # -- the benchmark ------------------------------------------------------------------------
 
 
+def process_cpu(pid: int | None = None) -> float | None:
+    """CPU seconds (user + system) used so far by this process or by `pid` (Linux /proc; else None)."""
+    if pid is None:
+        return sum(os.times()[:2])
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def cpu_use(pid: int | None, into: dict, key: str):
+    """Record into[key] = {"client": cores, "controller": cores} busy on average while the block runs."""
+    began, client, controller = time.perf_counter(), process_cpu(), process_cpu(pid)
+    yield
+    wall = time.perf_counter() - began
+    client_after, controller_after = process_cpu(), process_cpu(pid)
+    into[key] = {
+        "client": round((client_after - client) / wall, 2) if client is not None and client_after is not None
+        else None,
+        "controller": round((controller_after - controller) / wall, 2)
+        if controller is not None and controller_after is not None else None,
+    }
+
+
 def machine() -> dict:
     """Facts about where this ran."""
-    return {"cpu_count": os.cpu_count(), "python": platform.python_version(), "grpcio": grpc.__version__,
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpu_count": os.cpu_count(), "load_average_1m": round(load[0], 2) if load else None,
+            "python": platform.python_version(), "grpcio": grpc.__version__,
             "platform": platform.platform(terse=True)}
 
 
@@ -345,6 +381,8 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
     phases = Phases.for_run(quick, seconds)
     dtns = sc16_dtns()
     failures: list[str] = []
+    cpu: dict[str, dict] = {}
+    facts = machine()  # the load average before this benchmark adds to it
     say(f"northbound: {clients} clients, sc16 ({len(dtns)} DTNs), {BANDWIDTH // G}G for 1 h per reservation; "
         f"phases {phases.admissions:g} s after {phases.warmup:g} s warm-up")
     with tempfile.TemporaryDirectory(prefix="tsdn-bench-nb-") as tmp:
@@ -356,13 +394,18 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
         try:
             address = controller.start()
             say(f"controller subprocess listening on {address}")
-            health = health_phase(address, clients, phases.health, seed, failures)
+            pid = controller.process.pid if controller.process else None
+            with cpu_use(pid, cpu, "health"):
+                health = health_phase(address, clients, phases.health, seed, failures)
             health_latency = latency_summary([r.latency for r in health.of("check", "ok")])
             say(f"health Check: {health.rate('check', 'ok')} RPC/s (p50 {health_latency['p50_ms']} ms, "
                 f"p99 {health_latency['p99_ms']} ms)")
-            admissions = admission_phase(address, clients, dtns, phases.warmup, phases.admissions, seed, failures)
-            availability = availability_phase(address, clients, dtns, min(1.0, phases.warmup), phases.availability,
-                                              seed, failures)
+            with cpu_use(pid, cpu, "admissions"):
+                admissions = admission_phase(address, clients, dtns, phases.warmup, phases.admissions, seed,
+                                             failures)
+            with cpu_use(pid, cpu, "availability"):
+                availability = availability_phase(address, clients, dtns, min(1.0, phases.warmup),
+                                                  phases.availability, seed, failures)
         finally:
             controller.stop()
     creates = [r.latency for r in admissions.of("create", "ok")]
@@ -380,6 +423,7 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
         "seconds": phases.admissions,
         "warmup_s": phases.warmup,
         "admissions_per_s": admissions.rate("create", "ok"),
+        "admissions_per_s_by_quarter": admissions.rates_by_part(4, "create"),
         "p50_ms": create_latency["p50_ms"],
         "p99_ms": create_latency["p99_ms"],
         "max_ms": create_latency["max_ms"],
@@ -400,11 +444,15 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
         "targets": TARGETS,
         "meets_targets": (admissions.rate("create", "ok") >= TARGETS["admissions_per_s"]
                           and create_latency["p99_ms"] is not None and create_latency["p99_ms"] <= TARGETS["p99_ms"]),
-        "machine": machine(),
+        "cpu_cores_busy": cpu,
+        "machine": facts,
     }
     say(f"admissions: {result['admissions_per_s']}/s (CreateReservation p50 {result['p50_ms']} ms, "
         f"p99 {result['p99_ms']} ms); {result['rpcs_per_s']} RPC/s with deletes; "
         f"refused {result['refused']}, errors {errors}")
+    say(f"admissions/s in each quarter of the phase: {result['admissions_per_s_by_quarter']}")
+    say(f"CPU cores busy during admissions: client process {cpu['admissions']['client']}, "
+        f"controller {cpu['admissions']['controller']} (of {os.cpu_count()})")
     say(f"QueryAvailability: {result['availability_queries_per_s']}/s (p50 {query_latency['p50_ms']} ms, "
         f"p99 {query_latency['p99_ms']} ms)")
     if result["core_admissions_per_s"] and result["admissions_per_s"]:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sdn_app.core.errors import InvalidArgument, Unauthenticated
 from sdn_app.core.reservations import Principal, Role
-from sdn_app.core.topology_schema import describe_validation_error, read_yaml
+from sdn_app.core.topology_schema import describe_validation_error, field_path, read_yaml
 
 log = logging.getLogger(__name__)
 DEV_PRINCIPAL = Principal("dev", Role.ADMIN)
@@ -63,6 +63,16 @@ class _TokensFile(BaseModel):
     tokens: Annotated[list[_TokenEntry], Field(min_length=1)]
 
 
+def _describe(exc: ValidationError, source: str) -> list[str]:
+    """`describe_validation_error`, except that a bad token is described, never echoed: it is a secret."""
+    lines = describe_validation_error(exc, source)
+    for i, error in enumerate(exc.errors()):
+        if error["loc"][-1:] == ("token",):
+            lines[i] = (f"{source}: {field_path(error['loc'])}: must be {MIN_TOKEN_LENGTH} to 512 printable "
+                        "ASCII characters without spaces")
+    return lines
+
+
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -91,7 +101,7 @@ class Authenticator:
         try:
             parsed = _TokensFile.model_validate(read_yaml(text, source))
         except ValidationError as exc:
-            problems = "\n  ".join(describe_validation_error(exc, source))
+            problems = "\n  ".join(_describe(exc, source))
             raise InvalidArgument(f"invalid tokens file:\n  {problems}") from None
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             log.warning("tokens file %s is readable by other users; chmod 600 it", source)

@@ -87,6 +87,9 @@ def window_in(message, now: float) -> tuple[float, float]:
         end = math.inf
     if end <= start:
         raise InvalidArgument("end_time: must be after start_time")
+    if math.isfinite(end) and end > _MAX_EPOCH:
+        raise InvalidArgument("end_time: the window would end after 9999-12-31T23:59:59Z, the latest time the API "
+                              "can express; leave the end out for a window until released")
     return start, end
 
 

@@ -6,6 +6,7 @@ Core errors become status codes with the core's message.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
 from collections.abc import Callable, Iterator
@@ -42,11 +43,13 @@ def rpc(method: F) -> F:
             return method(self, request, context, principal)
         except TsdnError as error:
             context.abort(_status(error), str(error))
-        except RuntimeError as error:
+        except TimeoutError:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the controller core did not answer in time; retry")
+        except Exception as error:  # a bug: say so as INTERNAL, never as an anonymous UNKNOWN
             if not self.worker.running:
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down")
             log.exception("internal error in %s", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {error}")
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
     return handler  # type: ignore[return-value]
 
 
@@ -70,7 +73,7 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
         def create() -> pb.Reservation:
             path_request = convert.path_request_in(request, bandwidth, self.book.clock.now(), request.protect)
             reservation = self.book.create(principal, path_request, dict(request.labels), request.request_id,
-                                           request.validate_only)
+                                           request.validate_only, _fingerprint(request))
             return convert.reservation_out(reservation)
         return self.worker.call(create)
 
@@ -130,12 +133,16 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
             for reservation in existing:
                 yield pb.ReservationEvent(state=convert.state_out(reservation.state), reason="snapshot",
                                           reservation=convert.reservation_out(reservation))
+            closed = False
             while context.is_active():
                 try:
                     event = subscription.events.get(timeout=WATCH_POLL_SECONDS)
                 except queue.Empty:
+                    if subscription.overflowed:  # its queue was full: there was no room for the wake-up
+                        break
                     continue
                 if event is None:
+                    closed = True
                     break
                 yield convert.event_out(event)
         finally:
@@ -143,12 +150,13 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
         if subscription.overflowed:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           "this watcher fell too far behind; watch again with include_existing to resynchronize")
-        if not self.worker.running:
+        # Closed while the caller still listens: the server is stopping (the worker stops only after it).
+        if (closed and context.is_active()) or not self.worker.running:
             context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down; watch again after restart")
 
     def _subscribe(self, principal: Principal, request: pb.WatchReservationsRequest):
         """On the worker thread: the snapshot and the subscription see exactly the same events."""
-        existing = self.book.snapshot(principal, request.name) if request.include_existing or request.name else []
+        existing = self.book.snapshot(principal, request.name)  # always: it checks the caller may watch at all
         wanted = existing[0].id if request.name else None
 
         def accept(event: Event) -> bool:
@@ -163,3 +171,14 @@ class TopologyServicer(_Base, topo_grpc.TopologyServiceServicer):
     @rpc
     def GetTopology(self, request: topo_pb.GetTopologyRequest, context, principal: Principal):
         return self.worker.call(lambda: convert.topology_out(self.book))
+
+
+def _fingerprint(request: pb.CreateReservationRequest) -> str:
+    """What a retry must repeat exactly: the request as sent, less its request_id and validate_only."""
+    if not request.request_id:
+        return ""
+    sent = pb.CreateReservationRequest()
+    sent.CopyFrom(request)
+    sent.ClearField("request_id")
+    sent.ClearField("validate_only")
+    return hashlib.sha256(sent.SerializeToString(deterministic=True)).hexdigest()[:32]

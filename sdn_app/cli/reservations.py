@@ -154,9 +154,11 @@ def run_request(args: argparse.Namespace, client) -> int:
         if not sep or not key:
             raise InvalidArgument(f"--label: {item!r} is not KEY=VALUE")
         labels[key] = value
+    # "now" and --duration go as such, so a rerun with the same --request-id is recognised as a retry.
     reservation = client.create_reservation(
-        request.src, request.dst, request.bandwidth, start=request.start,
-        end=None if math.isinf(request.end) else request.end, policy=request.policy, include=request.include,
+        request.src, request.dst, request.bandwidth, start=None if args.start == "now" else request.start,
+        end=None if math.isinf(request.end) or args.duration else request.end,
+        duration=request.end - request.start if args.duration else None, policy=request.policy, include=request.include,
         exclude=request.exclude, max_hops=request.max_hops, protect=request.protect, labels=labels,
         request_id=args.request_id, validate_only=args.validate_only,
     )

@@ -19,9 +19,10 @@ import binascii
 import hashlib
 import json
 import math
+import os
+import random
 import re
 import sqlite3
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -48,7 +49,11 @@ _REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 _RESERVATION_NAME = re.compile(r"^(reservations/)?(?P<id>[0-9a-f]{32})$")
 MAX_LABELS = 32
 DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_TOKEN = 1024  # ours are about 180 characters
 MAX_PAGE_SIZE = 1000
+
+
+_FINAL_STATES = frozenset({"RELEASED", "EXPIRED", "FAILED"})
 
 
 class State(StrEnum):
@@ -66,7 +71,7 @@ class State(StrEnum):
     @property
     def is_final(self) -> bool:
         """Whether the reservation holds no bandwidth any more and never will."""
-        return self in (State.RELEASED, State.EXPIRED, State.FAILED)
+        return self.value in _FINAL_STATES
 
 
 class Role(StrEnum):
@@ -103,6 +108,7 @@ class Reservation:
     reason: str = ""
     request_id: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    fingerprint: str = ""  # of the request as the caller sent it, to tell a retry from a new request
 
     @property
     def name(self) -> str:
@@ -140,8 +146,10 @@ class ReservationBook:
         self.clock = clock
         self.finder = PathFinder(topology, ledger)
         self._reservations: dict[str, Reservation] = {}
+        self._live: dict[str, Reservation] = {}  # not final: what ticks and deadlines look at
         self._by_request: dict[tuple[str, str], str] = {}
         self._events: list[Event] = []
+        self._ids = random.Random(os.urandom(16))  # ids need to be unique, not secret: owners are checked
         self._sequence = 0
         self.ledger.write(_create_table)
         self._load()
@@ -159,7 +167,8 @@ class ReservationBook:
     def _current(self, principal: Principal, name: str) -> Reservation:
         """`get`, after ticking if the clock passed this reservation's window start or end."""
         reservation = self.get(principal, name)
-        if not reservation.state.is_final and self.next_deadline() <= self.clock.now():
+        deadline = reservation.request.start if reservation.state is State.SCHEDULED else reservation.request.end
+        if not reservation.state.is_final and deadline <= self.clock.now():
             self.tick()
             reservation = self._reservations[reservation.id]
         return reservation
@@ -217,17 +226,18 @@ class ReservationBook:
         _require_role(principal, "watch reservations")
         if name:
             return [self.get(principal, name)]
-        return sorted((r for r in self._reservations.values()
-                       if not r.state.is_final and principal.may_see(r.owner)), key=lambda r: (r.created, r.id))
+        return sorted((r for r in self._live.values() if principal.may_see(r.owner)), key=lambda r: (r.created, r.id))
 
     # -- changing ------------------------------------------------------------------------
 
     def create(self, principal: Principal, request: PathRequest, labels: Mapping[str, str] | None = None,
-               request_id: str = "", validate_only: bool = False) -> Reservation:
+               request_id: str = "", validate_only: bool = False, fingerprint: str = "") -> Reservation:
         """Admit `request` for the caller, or raise why not; idempotent per `request_id`.
 
         A retry with a `request_id` already used by this caller returns that reservation
-        (whatever its state now) instead of booking again.
+        (whatever its state now) instead of booking again. `fingerprint` identifies the request
+        as sent (an adapter's hash of it): a retry must match it; without one, the request's
+        fields other than its times must match (a "now" start moves between retries).
         """
         _require_role(principal, "create reservations")
         labels = _check_labels(labels or {})
@@ -235,7 +245,9 @@ class ReservationBook:
             raise InvalidArgument("request_id: 1 to 128 printable ASCII characters without spaces")
         if request_id and (principal.name, request_id) in self._by_request:
             earlier = self._reservations[self._by_request[(principal.name, request_id)]]
-            if _same_request(earlier.request, request):
+            same = (fingerprint == earlier.fingerprint if fingerprint and earlier.fingerprint
+                    else _same_request(earlier.request, request))
+            if same:
                 return earlier
             raise AlreadyExists(
                 f"request_id {request_id!r} was used for {earlier.name}, a different request; "
@@ -250,8 +262,8 @@ class ReservationBook:
             self.ledger.check(route.direction_ids, request.bandwidth, request.start, request.end)
             return Reservation("", principal.name, request, state, route, now, now,
                                "validate_only: checked, nothing was booked", request_id, labels)
-        reservation = Reservation(uuid.uuid4().hex, principal.name, request, state, route, now, now,
-                                  LEDGER_ONLY if state is State.ACTIVE else "", request_id, labels)
+        reservation = Reservation(f"{self._ids.getrandbits(128):032x}", principal.name, request, state, route, now, now,
+                                  LEDGER_ONLY if state is State.ACTIVE else "", request_id, labels, fingerprint)
         self.ledger.reserve(route.direction_ids, request.bandwidth, request.start, request.end,
                             booking_id=reservation.id, also=lambda db: _insert(db, reservation))
         self._remember(reservation)
@@ -306,14 +318,15 @@ class ReservationBook:
     def tick(self) -> None:
         """Start the windows that began and expire those that ended, by the clock."""
         now = self.clock.now()
-        for old in sorted(self._reservations.values(), key=lambda r: (r.request.start, r.id)):
+        starting = [r for r in self._live.values() if r.state is State.SCHEDULED and r.request.start <= now]
+        for old in sorted(starting, key=lambda r: (r.request.start, r.id)):
             if old.state is State.SCHEDULED and old.request.start <= now < old.request.end:
                 new = replace(old, state=State.ACTIVE, updated=now, reason=LEDGER_ONLY)
                 self.ledger.write(lambda db, new=new: _update(db, new))
                 self._remember(new)
                 self._record(State.SCHEDULED, replace(new, state=State.PROVISIONING, reason="window started"))
                 self._record(State.PROVISIONING, new)
-        ending = [r for r in self._reservations.values() if not r.state.is_final and r.request.end <= now]
+        ending = [r for r in self._live.values() if r.request.end <= now]
         if not ending:
             return
         ended = [replace(r, state=State.EXPIRED, updated=now, reason=f"window ended at {format_time(r.request.end)}")
@@ -331,7 +344,7 @@ class ReservationBook:
     def next_deadline(self) -> float:
         """When `tick` next has something to do (math.inf when nothing is pending)."""
         times = [r.request.start if r.state is State.SCHEDULED else r.request.end
-                 for r in self._reservations.values() if not r.state.is_final]
+                 for r in self._live.values()]
         return min(times, default=math.inf)
 
     # -- internals -----------------------------------------------------------------------
@@ -347,6 +360,10 @@ class ReservationBook:
 
     def _remember(self, reservation: Reservation) -> None:
         self._reservations[reservation.id] = reservation
+        if reservation.state.is_final:
+            self._live.pop(reservation.id, None)
+        else:
+            self._live[reservation.id] = reservation
         if reservation.request_id:
             self._by_request[(reservation.owner, reservation.request_id)] = reservation.id
 
@@ -402,11 +419,16 @@ def _encode_page_token(query: str, last: Reservation) -> str:
 
 def _decode_page_token(token: str, query: str) -> tuple[float, str]:
     try:
+        if len(token) > MAX_PAGE_TOKEN:
+            raise ValueError("too long")
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
         if data["q"] != hashlib.sha256(query.encode()).hexdigest()[:16]:
             raise InvalidArgument("page_token: it belongs to a listing with other filters")
-        return (-float(data["c"]), str(data["i"]))
-    except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        created = float(data["c"])
+        if not math.isfinite(created):
+            raise ValueError("not a time")
+        return (-created, str(data["i"]))
+    except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError, OverflowError, RecursionError):
         raise InvalidArgument("page_token: not a token this server gave out") from None
 
 
@@ -441,7 +463,7 @@ def _to_json(r: Reservation) -> dict[str, Any]:
     q = r.request
     return {
         "id": r.id, "owner": r.owner, "state": r.state, "reason": r.reason, "request_id": r.request_id,
-        "labels": dict(r.labels), "created": r.created, "updated": r.updated,
+        "labels": dict(r.labels), "created": r.created, "updated": r.updated, "fingerprint": r.fingerprint,
         "request": {"src": q.src, "dst": q.dst, "bandwidth": q.bandwidth, "start": q.start,
                     "end": None if math.isinf(q.end) else q.end, "policy": q.policy, "include": list(q.include),
                     "exclude": list(q.exclude), "max_hops": q.max_hops, "protect": q.protect},
@@ -474,4 +496,5 @@ def _from_json(data: dict[str, Any], topology: Topology) -> Reservation:
     primary = path(data["primary"])
     route = Route(primary, path(data["backup"])) if primary else None
     return Reservation(data["id"], data["owner"], request, State(data["state"]), route, data["created"],
-                       data["updated"], data["reason"], data["request_id"], MappingProxyType(data["labels"]))
+                       data["updated"], data["reason"], data["request_id"], MappingProxyType(data["labels"]),
+                       data.get("fingerprint", ""))

@@ -1,0 +1,50 @@
+"""`tsdn bench northbound` with tiny phases: the shape of its JSON line (no timing asserts)."""
+
+import json
+
+from benchmarks import northbound
+from sdn_app.cli import build_parser
+
+RATES = ("admissions_per_s", "rpcs_per_s", "availability_queries_per_s", "health_rpcs_per_s",
+         "core_admissions_per_s")
+
+
+def test_last_line_is_the_result_object(capsys):
+    assert northbound.main(quick=True, clients=2, seconds=0.3, seed=3) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["bench"] == "northbound"
+    assert result["clients"] == 2
+    assert result["quick"] is True
+    for key in RATES:
+        assert isinstance(result[key], int | float) and result[key] > 0, key
+    for key in ("p50_ms", "p99_ms", "rpc_p99_ms", "availability_p99_ms", "health_p99_ms", "core_p99_ms"):
+        assert isinstance(result[key], int | float) and result[key] >= 0, key
+    assert result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+    assert result["errors"] == 0, err
+    assert isinstance(result["refused"], int)
+    assert isinstance(result["meets_targets"], bool)
+    assert result["targets"] == {"admissions_per_s": 1000, "p99_ms": 20}
+    assert set(result["cpu_cores_busy"]) == {"health", "admissions", "availability"}
+    assert result["machine"]["cpu_count"] >= 1
+    assert "controller subprocess listening on 127.0.0.1:" in err
+
+
+def test_cli_registers_northbound():
+    args = build_parser().parse_args(["bench", "northbound", "--quick", "--clients", "4", "--seconds", "2"])
+    assert (args.quick, args.clients, args.seconds, args.seed) == (True, 4, 2.0, 16)
+    assert args.run.__name__ == "run_northbound"
+
+
+def test_bad_options_exit_2(capsys):
+    assert northbound.main(clients=0) == 2
+    assert northbound.main(seconds=0) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_percentiles():
+    assert northbound.percentile_ms([], 0.5) is None
+    samples = [i / 1000 for i in range(1, 101)]  # 1..100 ms
+    assert northbound.percentile_ms(samples, 0.5) == 50.0
+    assert northbound.percentile_ms(samples, 0.99) == 99.0
+    assert northbound.percentile_ms(samples, 1.0) == 100.0
