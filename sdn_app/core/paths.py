@@ -20,7 +20,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 import networkx as nx
 
@@ -28,7 +28,6 @@ from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NoCapacity
 from sdn_app.core.topology import LinkDirection, Topology
 from sdn_app.core.units import format_bandwidth, format_time, format_window
 
-Policy = Literal["shortest", "widest"]
 POLICIES: tuple[str, ...] = ("shortest", "widest")
 _UNLIMITED = -math.inf  # a "need" below any free value: search by shape, not by bandwidth
 _SCAN_LIMIT = 2000  # loop-free paths examined at most when constraints filter candidates

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal, DecimalException
 
 from sdn_app.core.errors import InvalidArgument
@@ -148,10 +148,3 @@ def format_window(start: float, end: float) -> str:
     """Return `from T1 until T2`, or `from T1 until released` for an open end."""
     until = "until released" if math.isinf(end) else f"until {format_time(end)}"
     return f"from {format_time(start)} {until}"
-
-
-def format_duration(seconds: float) -> str:
-    """Return `seconds` compactly (`1h30m`, `45s`), or `open` for an infinite span."""
-    if math.isinf(seconds):
-        return "open"
-    return str(timedelta(seconds=round(seconds))) if seconds >= 60 else f"{seconds:g}s"

@@ -1,0 +1,1 @@
+"""System tests on real Open vSwitch and Mininet (root only; see README.md)."""

@@ -1,0 +1,119 @@
+"""Fixtures for the system tests on real Open vSwitch and Mininet.
+
+Every test here is skipped, with the missing pieces named, unless it runs as root with
+Mininet, Open vSwitch, iperf3, ethtool and ping installed (CI has them all). Open vSwitch
+is started (userspace) when `ovs-vsctl show` fails; `mn -c` runs before the first test,
+after every test that made a network (pass or fail) and after the last test.
+
+The builder is imported inside the fixtures, never at module level, so a machine without
+Mininet still collects and skips this folder instead of failing the whole run.
+
+A future `controller_process` fixture (the OpenFlow app as a real process) plugs in through
+`network(..., controller=(ip, port))`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+TOOLS = {
+    "mn": "mininet",
+    "ovs-vsctl": "openvswitch-switch",
+    "ovs-ofctl": "openvswitch-switch",
+    "ovs-vswitchd": "openvswitch-switch",
+    "iperf3": "iperf3",
+    "ethtool": "ethtool",
+    "ping": "iputils-ping",
+    "tc": "iproute2",
+    "ip": "iproute2",
+}
+
+
+def missing_requirements() -> list[str]:
+    """Name everything this folder needs that the machine lacks."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (run pytest as root)")
+    if importlib.util.find_spec("mininet") is None:
+        missing.append("the mininet Python package (Debian package mininet, seen by a venv made from "
+                       "/usr/bin/python3 with --system-site-packages)")
+    for tool, package in TOOLS.items():
+        if shutil.which(tool) is None:
+            missing.append(f"{tool} (Debian package {package})")
+    if shutil.which("ovs-vsctl") is not None and not os.path.exists(OVS_CTL):
+        missing.append(f"{OVS_CTL} (Debian package openvswitch-switch)")
+    return missing
+
+
+def ovs_running() -> bool:
+    """Whether ovsdb-server answers `ovs-vsctl show`."""
+    try:
+        probe = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        return False
+    return probe.returncode == 0
+
+
+def ensure_ovs() -> None:
+    """Start Open vSwitch in userspace (no kernel module) unless it already answers."""
+    if ovs_running():
+        return
+    started = subprocess.run([OVS_CTL, "start", "--system-id=random", "--no-monitor"],
+                             capture_output=True, text=True, timeout=120)
+    deadline = time.monotonic() + 30
+    while not ovs_running():
+        if time.monotonic() > deadline:
+            pytest.fail(f"Open vSwitch did not start: {OVS_CTL} start said:\n{started.stdout}{started.stderr}")
+        time.sleep(0.2)
+
+
+def mn_clean() -> None:
+    """Run `mn -c`: remove every bridge, `*-eth*` link and Mininet process left behind."""
+    subprocess.run(["mn", "-c"], capture_output=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mininet_machine() -> Iterator[None]:
+    """Skip the folder on a machine that cannot run it; otherwise OVS up and a clean slate."""
+    missing = missing_requirements()
+    if missing:
+        pytest.skip("Mininet system tests need: " + "; ".join(missing))
+    ensure_ovs()
+    mn_clean()
+    yield
+    mn_clean()
+
+
+@pytest.fixture
+def clean_mininet() -> Iterator[None]:
+    """Run `mn -c` after the test, whatever its outcome."""
+    try:
+        yield
+    finally:
+        mn_clean()
+
+
+@pytest.fixture
+def network(clean_mininet) -> Iterator[Callable[..., object]]:
+    """Factory: `network("ring8", scale=..., controller=None)` starts a `RunningNetwork`.
+
+    The first argument is a built-in topology name, a file path or a `Topology`. Every
+    network started is stopped after the test, then `mn -c` runs, even on failure.
+    """
+    from topologies.mininet_builder import start_network
+
+    with contextlib.ExitStack() as stack:
+
+        def start(topology, scale: float | None = None, controller: tuple[str, int] | None = None):
+            return stack.enter_context(start_network(topology, scale=scale, controller=controller))
+
+        yield start
