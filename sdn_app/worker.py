@@ -15,9 +15,10 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from sdn_app.core.reservations import Event, ReservationBook
+from sdn_app.core.plans import Step
+from sdn_app.core.reservations import Change, Event, ReservationBook
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -83,18 +84,70 @@ class EventHub:
             subscription.close()
 
 
+class Fabric(Protocol):
+    """The OpenFlow side, as the provisioner needs it (sdn_app.openflow.fabric.Fabric)."""
+
+    def apply(self, steps: list[Step], timeout: float = 5.0) -> str | None:
+        """Apply `steps` in order with their barriers; None when confirmed, else why not."""
+        ...
+
+
+class Provisioner:
+    """Applies the book's OpenFlow changes in order on its own thread, never holding up the core,
+    and reports each install's outcome back through the core's serialized entry point."""
+
+    def __init__(self, fabric: Fabric, report: Callable[[str, str | None], None]):
+        self.fabric = fabric
+        self._report = report
+        self._changes: queue.SimpleQueue[Change | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="tsdn-provisioner", daemon=True)
+
+    def start(self) -> None:
+        """Start applying changes."""
+        self._thread.start()
+
+    def submit(self, changes: list[Change]) -> None:
+        """Queue `changes` behind those already queued."""
+        for change in changes:
+            self._changes.put(change)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop after the change in progress."""
+        self._changes.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while (change := self._changes.get()) is not None:
+            try:
+                error = self.fabric.apply(list(change.steps))
+            except Exception as exc:  # the adapter's bug must not stop every later change
+                log.exception("applying the changes of reservation %s failed", change.reservation_id)
+                error = f"internal error: {exc}"
+            if change.confirm:
+                try:
+                    self._report(change.reservation_id, error)
+                except RuntimeError:
+                    return  # the core is shutting down
+            elif error:
+                log.warning("removing or changing flows of reservation %s: %s", change.reservation_id, error)
+
+
 class CoreWorker:
     """Runs calls into a `ReservationBook` on one thread and ticks it by its clock."""
 
-    def __init__(self, book: ReservationBook):
+    def __init__(self, book: ReservationBook, fabric: Fabric | None = None):
         self.book = book
         self.hub = EventHub()
+        self.provisioner = (Provisioner(fabric, lambda rid, error: self.call(book.provisioned, rid, error))
+                            if fabric is not None else None)
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tsdn-core", daemon=True)
         self._stopped = threading.Event()
 
     def start(self) -> None:
         """Start the worker thread (it ticks once at once, to catch up after a restart)."""
+        if self.provisioner is not None:
+            self.provisioner.start()
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -104,6 +157,8 @@ class CoreWorker:
         self._stopped.set()
         self._jobs.put(None)
         self._thread.join(timeout)
+        if self.provisioner is not None:
+            self.provisioner.stop(timeout)
         self.hub.close_all()
 
     @property
@@ -149,3 +204,6 @@ class CoreWorker:
 
     def _publish(self) -> None:
         self.hub.publish(self.book.take_events())
+        changes = self.book.take_changes()
+        if changes and self.provisioner is not None:
+            self.provisioner.submit(changes)

@@ -40,10 +40,12 @@ from sdn_app.core.errors import (
 )
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import Path, PathFinder, PathRequest, Route
+from sdn_app.core.plans import FlowPlan, IdAllocator, Step, plan_for, plan_steps
 from sdn_app.core.topology import Topology
 from sdn_app.core.units import format_bandwidth, format_time
 
-LEDGER_ONLY = "booked in the ledger only: no OpenFlow switches are controlled yet"
+LEDGER_ONLY = "booked in the ledger only: no OpenFlow switches are controlled"
+CONFIRMED = "every hop confirmed by barrier replies"
 _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$")
 _REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 _RESERVATION_NAME = re.compile(r"^(reservations/)?(?P<id>[0-9a-f]{32})$")
@@ -128,6 +130,15 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Change:
+    """OpenFlow steps for the adapter to apply, in order; `confirm`: report back with `provisioned`."""
+
+    reservation_id: str
+    steps: tuple[Step, ...]
+    confirm: bool
+
+
+@dataclass(frozen=True)
 class Availability:
     """What one more reservation could get between two DTNs in a window."""
 
@@ -139,17 +150,26 @@ class Availability:
 class ReservationBook:
     """Every reservation of one controller; not thread-safe: one owner calls it."""
 
-    def __init__(self, topology: Topology, ledger: Ledger, clock: Clock):
-        """Load the reservations kept in the ledger's database and reconcile them with it."""
+    def __init__(self, topology: Topology, ledger: Ledger, clock: Clock, provisioning: bool = False):
+        """Load the reservations kept in the ledger's database and reconcile them with it.
+
+        With `provisioning`, switches are controlled: a reservation whose window starts waits in
+        PROVISIONING until the adapter confirms its flows (`take_changes`, then `provisioned`).
+        Without, it is booked in the ledger only and ACTIVE at once.
+        """
         self.topology = topology
         self.ledger = ledger
         self.clock = clock
+        self.provisioning = provisioning
         self.finder = PathFinder(topology, ledger)
+        self._plans: dict[str, FlowPlan] = {}
+        self._plan_ids = IdAllocator()
+        self._changes: list[Change] = []
         self._reservations: dict[str, Reservation] = {}
         self._live: dict[str, Reservation] = {}  # not final: what ticks and deadlines look at
         self._by_request: dict[tuple[str, str], str] = {}
         self._events: list[Event] = []
-        self._ids = random.Random(os.urandom(16))  # ids need to be unique, not secret: owners are checked
+        self._random = random.Random(os.urandom(16))  # ids need to be unique, not secret: owners are checked
         self._sequence = 0
         self.ledger.write(_create_table)
         self._load()
@@ -257,22 +277,64 @@ class ReservationBook:
         if request.end <= now:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
         route = self.finder.route(request)
-        state = State.SCHEDULED if request.start > now else State.ACTIVE
+        state, reason = (State.SCHEDULED, "") if request.start > now else self._started()
         if validate_only:
             self.ledger.check(route.direction_ids, request.bandwidth, request.start, request.end)
             return Reservation("", principal.name, request, state, route, now, now,
                                "validate_only: checked, nothing was booked", request_id, labels)
-        reservation = Reservation(f"{self._ids.getrandbits(128):032x}", principal.name, request, state, route, now, now,
-                                  LEDGER_ONLY if state is State.ACTIVE else "", request_id, labels, fingerprint)
+        reservation = Reservation(f"{self._random.getrandbits(128):032x}", principal.name, request, state, route,
+                                  now, now, reason, request_id, labels, fingerprint)
         self.ledger.reserve(route.direction_ids, request.bandwidth, request.start, request.end,
                             booking_id=reservation.id, also=lambda db: _insert(db, reservation))
         self._remember(reservation)
-        if state is State.ACTIVE:
+        if state is State.ACTIVE:  # ledger only: confirmed at once
             self._record(None, replace(reservation, state=State.PROVISIONING, reason="window started"))
             self._record(State.PROVISIONING, reservation)
         else:
             self._record(None, reservation)
+            if state is State.PROVISIONING:
+                self._install(reservation)
         return reservation
+
+    def _started(self) -> tuple[State, str]:
+        """State and reason of a reservation whose window has just started."""
+        if self.provisioning:
+            return State.PROVISIONING, "window started: installing flows and meters"
+        return State.ACTIVE, LEDGER_ONLY
+
+    def provisioned(self, reservation_id: str, error: str | None) -> None:
+        """The adapter's report on a reservation's install: ACTIVE, or FAILED with `error` and removed."""
+        old = self._reservations.get(reservation_id)
+        if old is None or old.state is not State.PROVISIONING:
+            return  # released or expired while installing: its removal is already queued
+        now = self.clock.now()
+        if error is None:
+            new = replace(old, state=State.ACTIVE, updated=now, reason=CONFIRMED)
+            self.ledger.write(lambda db: _update(db, new))
+        else:
+            new = replace(old, state=State.FAILED, updated=now, reason=f"provisioning failed: {error}")
+            self.ledger.release(old.id, also=lambda db: _update(db, new))
+            self._uninstall(old.id)
+        self._remember(new)
+        self._record(old.state, new)
+
+    def take_changes(self) -> list[Change]:
+        """OpenFlow changes decided since the last call, in the order they must be applied."""
+        changes, self._changes = self._changes, []
+        return changes
+
+    def _install(self, reservation: Reservation) -> None:
+        assert reservation.route is not None
+        q = reservation.request
+        plan = plan_for(self.topology, reservation.id, q.src, q.dst, reservation.route, q.bandwidth, self._plan_ids)
+        self._plans[reservation.id] = plan
+        self._changes.append(Change(reservation.id, tuple(plan_steps(None, plan)), confirm=True))
+
+    def _uninstall(self, reservation_id: str) -> None:
+        plan = self._plans.pop(reservation_id, None)
+        if plan is not None:
+            self._changes.append(Change(reservation_id, tuple(plan_steps(plan, None)), confirm=False))
+            self._plan_ids.release(reservation_id)
 
     def modify(self, principal: Principal, name: str, bandwidth: int | None = None, end: float | None = None,
                validate_only: bool = False) -> Reservation:
@@ -302,6 +364,13 @@ class ReservationBook:
                            also=lambda db: _update(db, new))
         self._remember(new)
         self._record(old.state, new)
+        plan = self._plans.get(old.id)
+        if plan is not None and request.bandwidth != old.request.bandwidth:
+            assert new.route is not None
+            replan = plan_for(self.topology, new.id, request.src, request.dst, new.route, request.bandwidth,
+                              self._plan_ids)
+            self._plans[new.id] = replan
+            self._changes.append(Change(new.id, tuple(plan_steps(plan, replan)), confirm=False))
         return new
 
     def release(self, principal: Principal, name: str) -> Reservation:
@@ -313,6 +382,7 @@ class ReservationBook:
         self.ledger.release(old.id, also=lambda db: _update(db, new))
         self._remember(new)
         self._record(old.state, new)
+        self._uninstall(old.id)
         return new
 
     def tick(self) -> None:
@@ -321,11 +391,16 @@ class ReservationBook:
         starting = [r for r in self._live.values() if r.state is State.SCHEDULED and r.request.start <= now]
         for old in sorted(starting, key=lambda r: (r.request.start, r.id)):
             if old.state is State.SCHEDULED and old.request.start <= now < old.request.end:
-                new = replace(old, state=State.ACTIVE, updated=now, reason=LEDGER_ONLY)
+                state, reason = self._started()
+                new = replace(old, state=state, updated=now, reason=reason)
                 self.ledger.write(lambda db, new=new: _update(db, new))
                 self._remember(new)
-                self._record(State.SCHEDULED, replace(new, state=State.PROVISIONING, reason="window started"))
-                self._record(State.PROVISIONING, new)
+                if state is State.ACTIVE:
+                    self._record(State.SCHEDULED, replace(new, state=State.PROVISIONING, reason="window started"))
+                    self._record(State.PROVISIONING, new)
+                else:
+                    self._record(State.SCHEDULED, new)
+                    self._install(new)
         ending = [r for r in self._live.values() if r.request.end <= now]
         if not ending:
             return
@@ -340,6 +415,7 @@ class ReservationBook:
         for old, new in zip(sorted(ending, key=lambda r: (r.request.end, r.id)), ended, strict=True):
             self._remember(new)
             self._record(old.state, new)
+            self._uninstall(old.id)
 
     def next_deadline(self) -> float:
         """When `tick` next has something to do (math.inf when nothing is pending)."""
@@ -388,6 +464,22 @@ class ReservationBook:
             owner = self._reservations.get(booking)
             if owner is None or owner.state.is_final:
                 self.ledger.release(booking)  # held for no live reservation: free it
+        if self.provisioning:
+            self._resume_provisioning()
+
+    def _resume_provisioning(self) -> None:
+        """After a restart: plans of reservations on the switches are known again (their ids
+        taken), and those caught installing are installed again."""
+        for reservation in sorted(self._live.values(), key=lambda r: (r.created, r.id)):
+            if reservation.state is State.SCHEDULED:
+                continue
+            if reservation.state is State.PROVISIONING:
+                self._install(reservation)
+            else:
+                assert reservation.route is not None
+                q = reservation.request
+                self._plans[reservation.id] = plan_for(self.topology, reservation.id, q.src, q.dst,
+                                                       reservation.route, q.bandwidth, self._plan_ids)
 
 
 def _require_role(principal: Principal, what: str) -> None:
