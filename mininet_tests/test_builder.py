@@ -34,7 +34,6 @@ from topologies.mininet_builder import (
 )
 
 # Mininet 2.3 compares OVS versions with distutils' StrictVersion, hundreds of times per network.
-pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
 
 REPO = Path(__file__).resolve().parent.parent
 BUILDER = REPO / "topologies" / "mininet_builder.py"

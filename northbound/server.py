@@ -40,6 +40,8 @@ class ControllerConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     client_ca: Path | None = None
+    listen_openflow: str | None = None  # None: no switches, reservations are booked in the ledger only
+    emulation_scale: float = 1.0  # meters carry nominal rate x scale (Mininet); 1 on real switches
     clock: Clock = field(default_factory=SystemClock)
 
 
@@ -66,6 +68,13 @@ def _credentials(config: ControllerConfig) -> grpc.ServerCredentials | None:
         raise InvalidArgument(f"--tls-cert/--tls-key: not a usable PEM certificate and key: {exc}") from None
 
 
+def _host_port(address: str, option: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgument(f"{option} {address}: expected HOST:PORT, e.g. 127.0.0.1:6653")
+    return host.strip("[]"), int(port)
+
+
 class Controller:
     """A running controller: the reservation book on its worker thread, served over gRPC."""
 
@@ -82,14 +91,23 @@ class Controller:
         else:
             self.auth = Authenticator.from_file(config.tokens)
         credentials = _credentials(config)
+        if not 0 < config.emulation_scale <= 1:
+            raise InvalidArgument(f"--emulation-scale: must be in (0, 1], got {config.emulation_scale}")
         self.topology = Topology.load(config.topology)
         self.ledger = Ledger(self.topology.capacities(), config.state, config.clock)
+        self.fabric = None
         try:
-            self.book = ReservationBook(self.topology, self.ledger, config.clock)
+            self.book = ReservationBook(self.topology, self.ledger, config.clock,
+                                        provisioning=config.listen_openflow is not None)
+            if config.listen_openflow is not None:
+                from sdn_app.openflow.fabric import start_openflow  # os-ken only when switches are controlled
+
+                host, port = _host_port(config.listen_openflow, "--listen-openflow")
+                self.fabric = start_openflow(self.topology, host, port, config.emulation_scale)
         except BaseException:
             self.ledger.close()
             raise
-        self.worker = CoreWorker(self.book)
+        self.worker = CoreWorker(self.book, self.fabric)
         self.health = health.HealthServicer()
         self.server = grpc.server(ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="grpc"),
                                   options=[("grpc.so_reuseport", 0)])
@@ -136,4 +154,6 @@ class Controller:
         self.worker.hub.close_all()
         self.server.stop(grace).wait(grace + 1)
         self.worker.stop()
+        if self.fabric is not None:
+            self.fabric.stop()
         self.ledger.close()

@@ -23,6 +23,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (with --tls-key)")
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--client-ca", metavar="PEM", help="require client certificates signed by this CA")
+    parser.add_argument("--listen-openflow", metavar="HOST:PORT",
+                        help="control OpenFlow 1.3 switches connecting here (e.g. 0.0.0.0:6653); without it "
+                             "reservations are booked in the ledger only")
+    parser.add_argument("--emulation-scale", type=float, default=1.0, metavar="X",
+                        help="Mininet: meters enforce nominal rate x X, matching the emulated links (default 1)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.set_defaults(run=run_controller)
 
@@ -37,7 +42,9 @@ def run_controller(args: argparse.Namespace) -> int:
     optional = {name: Path(value) for name in ("tokens", "tls_cert", "tls_key", "client_ca")
                 if (value := getattr(args, name)) is not None}
     controller = Controller(ControllerConfig(topology=resolve_topology(args.topology),
-                                             listen_grpc=args.listen_grpc, state=Path(args.state), **optional))
+                                             listen_grpc=args.listen_grpc, state=Path(args.state),
+                                             listen_openflow=args.listen_openflow,
+                                             emulation_scale=args.emulation_scale, **optional))
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

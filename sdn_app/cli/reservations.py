@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     request.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label (repeat)")
     request.add_argument("--request-id", help="idempotency key: a retry with it never books twice (default: new)")
     request.add_argument("--validate-only", action="store_true", help="check admission, book nothing")
+    request.add_argument("--no-wait", action="store_true",
+                         help="return at once instead of waiting until the switches confirm (ACTIVE) or refuse")
     _client_options(request, run_request)
 
     listing = sub.add_parser("list", help="list reservations (newest first)")
@@ -162,8 +164,27 @@ def run_request(args: argparse.Namespace, client) -> int:
         exclude=request.exclude, max_hops=request.max_hops, protect=request.protect, labels=labels,
         request_id=args.request_id, validate_only=args.validate_only,
     )
+    from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+
+    if not args.no_wait and reservation.state == pb.PROVISIONING:
+        reservation = _settled(client, reservation, args.timeout)
     _print_reservation(reservation, args)
-    return 0
+    return EXIT_REFUSED if reservation.state == pb.FAILED else 0
+
+
+def _settled(client, reservation, timeout: float):
+    """The reservation once it left PROVISIONING (or as it is after `timeout` seconds)."""
+    from northbound.client import ApiError
+    from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+
+    try:
+        for event in client.watch(reservation.name, include_existing=True, timeout=timeout):
+            if event.reservation.state != pb.PROVISIONING:
+                return event.reservation
+    except ApiError as error:
+        if error.code.name != "DEADLINE_EXCEEDED":
+            raise
+    return client.get_reservation(reservation.name)
 
 
 def run_list(args: argparse.Namespace, client) -> int:
