@@ -284,19 +284,20 @@ class FlowTables:
             switch, in_port = peer[1], peer[2]
 
 
-def dtn_packet(topology: Topology, src_dtn: str, dst_dtn: str) -> Packet:
-    """An IPv4 packet from DTN `src_dtn` to DTN `dst_dtn`."""
-    return Packet(topology.dtns[src_dtn].ipv4, topology.dtns[dst_dtn].ipv4)
+def dtn_packet(topology: Topology, src_dtn: str, dst_dtn: str, eth_type: int = ETH_TYPE_IPV4) -> Packet:
+    """An IPv4 packet (or, with eth_type 0x0806, an ARP packet) from DTN `src_dtn` to DTN `dst_dtn`."""
+    return Packet(topology.dtns[src_dtn].ipv4, topology.dtns[dst_dtn].ipv4, eth_type)
 
 
-def send(tables: FlowTables, src_dtn: str, dst_dtn: str, down: Iterable[str] = ()) -> Trace:
+def send(tables: FlowTables, src_dtn: str, dst_dtn: str, down: Iterable[str] = (),
+         eth_type: int = ETH_TYPE_IPV4) -> Trace:
     """Trace a packet `src_dtn` -> `dst_dtn` sent by `src_dtn` on its access port."""
     src = tables.topology.dtns[src_dtn]
-    return tables.trace(dtn_packet(tables.topology, src_dtn, dst_dtn), src.switch, src.port, down)
+    return tables.trace(dtn_packet(tables.topology, src_dtn, dst_dtn, eth_type), src.switch, src.port, down)
 
 
-def delivered(tables: FlowTables, src_dtn: str, dst_dtn: str,
-              down: Iterable[str] = ()) -> tuple[str | None, tuple[str, ...]]:
+def delivered(tables: FlowTables, src_dtn: str, dst_dtn: str, down: Iterable[str] = (),
+              eth_type: int = ETH_TYPE_IPV4) -> tuple[str | None, tuple[str, ...]]:
     """(the DTN a packet from `src_dtn` to `dst_dtn` reaches or None, the switches it crossed)."""
-    t = send(tables, src_dtn, dst_dtn, down)
+    t = send(tables, src_dtn, dst_dtn, down, eth_type)
     return (t.dtn if t.outcome == DELIVERED else None), t.switches

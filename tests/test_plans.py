@@ -205,6 +205,8 @@ def test_install_delivers_both_ways_along_exactly_the_route(name: str, a: str, b
     forward = send(tables, a, b)
     assert (forward.outcome, forward.dtn) == (DELIVERED, b), forward.reason
     assert forward.switches == r.primary.switches
+    assert delivered(tables, a, b, eth_type=0x0806) == (b, r.primary.switches)  # ARP too, no controller
+    assert delivered(tables, b, a, eth_type=0x0806) == (a, r.primary.switches[::-1])
     back = send(tables, b, a)
     assert (back.outcome, back.dtn) == (DELIVERED, a), back.reason
     assert back.switches == r.primary.switches[::-1]
@@ -212,7 +214,14 @@ def test_install_delivers_both_ways_along_exactly_the_route(name: str, a: str, b
         if switch not in r.primary.switches:
             assert tables.entry_count(switch) == 0
     assert all(f.priority == (PRIORITY if f.direction == FORWARD else REVERSE_PRIORITY) for f in plan.flows)
-    assert all(f.match.in_port is not None and f.match.eth_type == 0x0800 for f in plan.flows)
+    assert all(f.match.in_port is not None for f in plan.flows)
+    ipv4 = [f for f in plan.flows if f.match.eth_type == 0x0800]
+    arp = [f for f in plan.flows if f.match.eth_type == 0x0806]
+    # ARP follows exactly the IPv4 hops (no controller needed, never flooded) and is never metered
+    assert len(ipv4) == len(arp) == len(plan.flows) // 2
+    assert {(f.switch, f.match.in_port, f.match.ipv4_src, f.match.ipv4_dst, f.output, f.group_id) for f in arp} == {
+        (f.switch, f.match.in_port, f.match.ipv4_src, f.match.ipv4_dst, f.output, f.group_id) for f in ipv4}
+    assert all(f.meter_id is None for f in arp)
 
 
 @pytest.mark.parametrize(("name", "a", "b"), CASES)
@@ -263,7 +272,7 @@ def test_single_switch_pair_uses_two_distinct_meters() -> None:
                                                                                    "caltech-a-dtn2"), 10 * G)
     assert plan.switches == ("caltech-a",)
     assert len({m.meter_id for m in plan.meters}) == 2
-    assert len(plan.flows) == 2
+    assert len(plan.flows) == 4  # one per direction, and its ARP twin
 
 
 def test_install_steps_add_meters_then_downstream_then_ingress() -> None:
@@ -272,7 +281,8 @@ def test_install_steps_add_meters_then_downstream_then_ingress() -> None:
     check_phases(steps)
     assert {s.kind for s in steps} == {StepKind.ADD_METER, StepKind.ADD_GROUP, StepKind.ADD_FLOW, StepKind.BARRIER}
     phases = barrier_phases(steps)
-    assert [len(p) for p in phases] == [len(plan.meters) + len(plan.groups), len(plan.flows) - 2, 2]
+    # the last phase is the two ingress flows (forward at s1, reverse at s4) and their ARP twins
+    assert [len(p) for p in phases] == [len(plan.meters) + len(plan.groups), len(plan.flows) - 4, 4]
     assert {(s.switch, s.spec.direction) for s in phases[-1]} == {("s1", FORWARD), ("s4", REVERSE)}  # type: ignore
     assert plan_steps(None, None) == []
 
@@ -488,18 +498,25 @@ def test_changes_go_downstream_first_where_old_and_new_routes_cross() -> None:
     steps = plan_steps(old, new)
     check_phases(steps)
     changed = [s for s in steps if s.kind is StepKind.MODIFY_FLOW and s.spec.role != INGRESS]  # type: ignore
-    assert [(s.switch, s.spec.direction) for s in changed if s.spec.direction == FORWARD] == [  # type: ignore
-        ("v", FORWARD), ("u", FORWARD)]
+    for eth_type in (0x0800, 0x0806):  # IPv4 and its ARP twins change in the same downstream-first order
+        assert [(s.switch, s.spec.direction) for s in changed  # type: ignore
+                if s.spec.direction == FORWARD and s.spec.match.eth_type == eth_type] == [  # type: ignore
+            ("v", FORWARD), ("u", FORWARD)]
     phases = barrier_phases(steps)
     for i, phase in enumerate(phases):  # every order within a barrier group keeps traffic flowing
-        for order in itertools.permutations(phase):
-            tables = FlowTables(t)
-            tables.install(old)
-            tables.apply_all(s for p in phases[:i] for s in p)
-            for step in order:
-                tables.apply(step)
-                assert delivered(tables, "ha", "hb")[0] == "hb", step.describe()
-                assert delivered(tables, "hb", "ha")[0] == "ha", step.describe()
+        arp_steps = [s for s in phase if isinstance(s.spec, FlowSpec) and s.spec.match.eth_type == 0x0806]
+        ipv4_steps = [s for s in phase if s not in arp_steps]
+        # IPv4 and ARP flows never touch each other's packets: each kind's orders are checked in full
+        for eth_type, part, others in ((0x0800, ipv4_steps, arp_steps), (0x0806, arp_steps, ipv4_steps)):
+            for order in itertools.permutations(part):
+                tables = FlowTables(t)
+                tables.install(old)
+                tables.apply_all(s for p in phases[:i] for s in p)
+                tables.apply_all(others)
+                for step in order:
+                    tables.apply(step)
+                    assert delivered(tables, "ha", "hb", eth_type=eth_type)[0] == "hb", step.describe()
+                    assert delivered(tables, "hb", "ha", eth_type=eth_type)[0] == "ha", step.describe()
     assert delivered(tables, "ha", "hb") == ("hb", new_path.switches)
     # Changing u before v (upstream first) would loop the traffic still on the old route.
     tables = FlowTables(t)

@@ -20,6 +20,15 @@ def register(commands: argparse._SubParsersAction) -> None:
                             help="length of each measured phase (default 20; 4 with --quick)")
     northbound.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
     northbound.set_defaults(run=run_northbound)
+    setup = sub.add_parser("setup", help="reservation setup time on sc16 in Mininet: request to every hop confirmed "
+                                         "(needs root, Mininet, Open vSwitch)")
+    setup.add_argument("--quick", action="store_true", help="50 sequential + 200 at once; finishes in under 2 min")
+    setup.add_argument("--sequential", type=int, metavar="N",
+                       help="sequential reservations (default 200; 50 with --quick)")
+    setup.add_argument("--batch", type=int, metavar="M", help="reservations at once (default 1000; 200 with --quick)")
+    setup.add_argument("--clients", type=int, default=16, help="client threads of the batch phase (default 16)")
+    setup.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
+    setup.set_defaults(run=run_setup)
 
 
 def run_paths(args: argparse.Namespace) -> int:
@@ -34,3 +43,10 @@ def run_northbound(args: argparse.Namespace) -> int:
     from benchmarks.northbound import main
 
     return main(quick=args.quick, clients=args.clients, seconds=args.seconds, seed=args.seed)
+
+
+def run_setup(args: argparse.Namespace) -> int:
+    """`tsdn bench setup [--quick] [--sequential N] [--batch M] [--clients C]`."""
+    from benchmarks.setup import main
+
+    return main(quick=args.quick, sequential=args.sequential, batch=args.batch, clients=args.clients, seed=args.seed)

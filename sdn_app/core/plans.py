@@ -96,7 +96,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from sdn_app.core.errors import InvalidArgument, NoCapacity
@@ -105,6 +105,7 @@ from sdn_app.core.topology import Topology
 
 IN_PORT = 0xFFFFFFF8  # OFPP_IN_PORT: output the packet back out the port it came in on
 ETH_TYPE_IPV4 = 0x0800
+ETH_TYPE_ARP = 0x0806
 TABLE_ID = 0
 PRIORITY = 1000  # the booked direction A->B
 REVERSE_PRIORITY = 900  # the ack direction B->A; below PRIORITY so a booking B->A wins
@@ -174,7 +175,11 @@ def _port(port: int) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Match:
-    """What a flow matches; a field left None is a wildcard."""
+    """What a flow matches; a field left None is a wildcard.
+
+    For ARP (`eth_type` 0x0806) the two addresses match the ARP sender and target protocol
+    addresses (OpenFlow's arp_spa and arp_tpa) instead of the IPv4 header.
+    """
 
     in_port: int | None = None
     eth_type: int = ETH_TYPE_IPV4
@@ -542,7 +547,10 @@ def plan_for(topology: Topology, reservation_id: str, src_dtn: str, dst_dtn: str
     builder.direction(FORWARD, PRIORITY, src.ipv4, dst.ipv4, primary, backup, bandwidth_bps)
     builder.direction(REVERSE, REVERSE_PRIORITY, dst.ipv4, src.ipv4, _reversed(primary),
                       _reversed(backup) if backup is not None else None, reverse_rate(bandwidth_bps))
-    return FlowPlan(reservation_id, cookie, src_dtn, dst_dtn, tuple(builder.flows), tuple(builder.meters),
+    # The DTNs' own ARP follows the reserved hops too, so it needs no controller: traffic goes on
+    # after a controller crash, and ARP never floods. Twins carry no meter (ARP is a trickle).
+    arp = [replace(f, match=replace(f.match, eth_type=ETH_TYPE_ARP), meter_id=None) for f in builder.flows]
+    return FlowPlan(reservation_id, cookie, src_dtn, dst_dtn, (*builder.flows, *arp), tuple(builder.meters),
                     tuple(builder.groups.values()))
 
 

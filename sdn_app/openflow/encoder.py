@@ -89,10 +89,11 @@ def match(dp: Any, flow: FlowSpec) -> Any:
     if m.in_port is not None:
         fields["in_port"] = m.in_port
     fields["eth_type"] = m.eth_type
+    source, target = ("arp_spa", "arp_tpa") if m.eth_type == ETH_TYPE_ARP else ("ipv4_src", "ipv4_dst")
     if m.ipv4_src is not None:
-        fields["ipv4_src"] = m.ipv4_src
+        fields[source] = m.ipv4_src
     if m.ipv4_dst is not None:
-        fields["ipv4_dst"] = m.ipv4_dst
+        fields[target] = m.ipv4_dst
     return dp.ofproto_parser.OFPMatch(**fields)
 
 

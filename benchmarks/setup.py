@@ -1,0 +1,714 @@
+"""`tsdn bench setup`: from CreateReservation to every hop barrier-confirmed, on sc16 in Mininet.
+
+sc16 runs in Mininet (userspace Open vSwitch, `default_scale`), controlled by a real `tsdn
+controller` subprocess (`--listen-openflow`, `--emulation-scale`, a tokens file with a service
+token); the benchmark waits until all 14 switches are connected. One watch on every
+reservation (`include_existing`) is opened before anything is measured; a reservation's setup
+time runs from the CreateReservation call to the arrival of its ACTIVE event on that watch
+(the controller sends ACTIVE only once every hop has answered its barrier).
+
+- sequential: N reservations (200; --quick 50) one after the other, each between a random DTN
+  pair at 100 Mbit/s, until released: they are kept, so the flow tables grow as the phase
+  runs (the p50 of each quarter shows whether that costs anything);
+- batch: M more (1000; --quick 200) submitted at once by 16 client threads; the total time
+  until every one is ACTIVE (or FAILED: counted), and each one's own setup time.
+Everything is released at the end (timed, not a target).
+
+Baseline in the same run: the same phases on a controller without --listen-openflow (ledger
+only: ACTIVE at once, no switches), so the share of the switches is visible.
+
+Where the time goes, per reservation: `rpc` (the CreateReservation round trip), `after_reply`
+(reply to ACTIVE event), and from the controller's own timestamps (same machine, same wall
+clock): `server_provision` (the reservation's create_time to its ACTIVE event's time: the
+provisioner queue, flow-mods and barriers, the report back through the core) and `delivery`
+(ACTIVE event time to its arrival here).
+
+Human lines go to stderr; the last line printed to stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib.util
+import json
+import os
+import queue
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from benchmarks.northbound import latency_summary, machine, percentile_ms, process_cpu, say
+from northbound.client import ApiError, TsdnClient
+from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+from sdn_app.core.topology import Topology
+from topologies import builtin_topology
+
+M = 10**6
+BANDWIDTH = 100 * M
+TOPOLOGY = "sc16"
+PRINCIPAL = "bench"
+TOKEN = "bench-token-" + "fedcba9876543210" * 2
+TARGETS = {"p50_ms": 10, "p99_ms": 50, "batch_1000_s": 1.0}
+ONOS_MS_PER_INTENT = 15.5
+START_TIMEOUT = 60.0
+CONNECT_TIMEOUT = 60.0
+SETUP_TIMEOUT = 30.0
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+FINAL = (pb.ACTIVE, pb.FAILED)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How many reservations each phase makes."""
+
+    sequential: int
+    batch: int
+    warmup: int
+
+    @classmethod
+    def for_run(cls, quick: bool, sequential: int | None, batch: int | None) -> Sizes:
+        return cls(sequential=sequential if sequential is not None else 50 if quick else 200,
+                   batch=batch if batch is not None else 200 if quick else 1000, warmup=3 if quick else 10)
+
+
+# -- the controller under test ------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ControllerProcess:
+    """`tsdn controller` on sc16 in a subprocess; with `openflow` it controls switches connecting there."""
+
+    def __init__(self, workdir: Path, openflow: tuple[str, int] | None = None, scale: float = 1.0):
+        self.workdir = workdir
+        self.openflow = openflow
+        self.scale = scale
+        self.process: subprocess.Popen[str] | None = None
+        self.address = ""
+        self.tail: collections.deque[str] = collections.deque(maxlen=50)
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def start(self) -> str:
+        """Start it and wait for its "listening on HOST:PORT" line; return that address."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        tokens = self.workdir / "tokens.yaml"
+        tokens.write_text(yaml.safe_dump({"tokens": [{"principal": PRINCIPAL, "role": "service", "token": TOKEN}]}))
+        tokens.chmod(0o600)
+        command = [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", TOPOLOGY,
+                   "--listen-grpc", "127.0.0.1:0", "--state", str(self.workdir / "tsdn.db"),
+                   "--tokens", str(tokens), "--log-level", "WARNING"]
+        if self.openflow is not None:
+            command += ["--listen-openflow", f"{self.openflow[0]}:{self.openflow[1]}",
+                        "--emulation-scale", repr(self.scale)]
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._drain, name="controller-stderr", daemon=True).start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError(f"the controller did not say where it listens within {START_TIMEOUT:.0f} s:\n"
+                                   + "".join(self.tail)) from None
+            if line is None:
+                raise RuntimeError(f"the controller exited ({self.process.wait()}) before listening:\n"
+                                   + "".join(self.tail))
+            if "listening on " in line:
+                self.address = line.rsplit("listening on ", 1)[1].split()[0]
+                return self.address
+
+    def _drain(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        for line in self.process.stderr:  # keep reading so the pipe never fills
+            self.tail.append(line)
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within 10 s."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+
+# -- Mininet and Open vSwitch -------------------------------------------------------------
+
+
+def mininet_missing() -> list[str]:
+    """What this machine lacks to run sc16 in Mininet."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root")
+    if importlib.util.find_spec("mininet") is None:
+        missing.append("the mininet Python package")
+    missing += [f"{tool}" for tool in ("mn", "ovs-vsctl", "ovs-ofctl") if shutil.which(tool) is None]
+    return missing
+
+
+def ovs(*args: str, timeout: float = 10) -> str:
+    return subprocess.run(["ovs-vsctl", "--timeout=5", *args], capture_output=True, text=True,
+                          timeout=timeout).stdout
+
+
+def ensure_ovs() -> None:
+    """Start Open vSwitch in userspace unless ovsdb already answers."""
+    def running() -> bool:
+        try:
+            return subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True,
+                                  timeout=15).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+    if running():
+        return
+    subprocess.run([OVS_CTL, "start", "--system-id=random", "--no-monitor"], capture_output=True, timeout=120)
+    deadline = time.monotonic() + 30
+    while not running():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Open vSwitch did not start ({OVS_CTL} start)")
+        time.sleep(0.2)  # polling a condition with a deadline
+
+
+def connected_bridges() -> set[str]:
+    """Bridges whose controller connection is up."""
+    rows = json.loads(ovs("--format=json", "--columns=_uuid,is_connected", "list", "Controller") or '{"data": []}')
+    controllers = {row[0][1] for row in rows["data"] if row[1] is True}
+    bridges = set()
+    for name in ovs("list-br").split():
+        if any(c in ovs("get", "Bridge", name, "controller") for c in controllers):
+            bridges.add(name)
+    return bridges
+
+
+def ovs_vswitchd_pid() -> int | None:
+    for path in ("/var/run/openvswitch/ovs-vswitchd.pid", "/run/openvswitch/ovs-vswitchd.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            return int(Path(path).read_text().strip())
+    return None
+
+
+def mn_clean() -> None:
+    """`mn -c`: every bridge, `*-eth*` link and Mininet process goes (also /tmp/*.log and /tmp/*.out)."""
+    subprocess.run(["mn", "-c"], capture_output=True, timeout=120, check=False)
+
+
+@contextlib.contextmanager
+def cpu_use(pids: dict[str, int | None], into: dict, key: str):
+    """into[key] = {name: CPU cores busy on average while the block runs}; None pid: this process."""
+    began = time.perf_counter()
+    before = {name: process_cpu(pid) for name, pid in pids.items()}
+    yield
+    wall = time.perf_counter() - began
+    after = {name: process_cpu(pid) for name, pid in pids.items()}
+    into[key] = {name: round((after[name] - before[name]) / wall, 2)
+                 if before[name] is not None and after[name] is not None and wall > 0 else None for name in pids}
+
+
+# -- watching for ACTIVE ------------------------------------------------------------------
+
+
+def seconds_of(stamp) -> float:
+    return stamp.seconds + stamp.nanos / 1e9
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A reservation's first ACTIVE or FAILED event, as it arrived here."""
+
+    state: int
+    at: float  # perf_counter here
+    wall: float  # time.time() here
+    server_time: float  # the event's time at the controller
+    reason: str
+
+
+class Watcher:
+    """One WatchReservations stream on every reservation, noting each one's ACTIVE/FAILED arrival."""
+
+    def __init__(self, address: str):
+        self.client = TsdnClient(address, token=TOKEN, timeout=10)
+        self.cond = threading.Condition()
+        self.arrivals: dict[str, Arrival] = {}
+        self.error: str | None = None
+        self.events = 0
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for event in self.client.watch(include_existing=True):
+                at, wall = time.perf_counter(), time.time()
+                self.events += 1
+                # A snapshot (include_existing) can only be a warm-up reservation made before the
+                # stream was up: once anything has arrived, the subscription exists, and every later
+                # reservation arrives as a live event.
+                if event.state in FINAL:
+                    with self.cond:
+                        self.arrivals.setdefault(event.reservation.id, Arrival(
+                            event.state, at, wall, seconds_of(event.time), event.reason))
+                        self.cond.notify_all()
+        except (ApiError, ValueError) as error:
+            if not self._stopping:
+                self.error = str(error)
+        finally:
+            with self.cond:
+                self.cond.notify_all()
+
+    def wait(self, ids: set[str] | list[str], timeout: float) -> bool:
+        """Wait until every reservation in `ids` has arrived; False at the deadline or when the stream ended."""
+        wanted = set(ids)
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not wanted <= self.arrivals.keys():
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._thread.is_alive():
+                    return False
+                self.cond.wait(min(left, 1.0))
+        return True
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.client.close()  # ends the stream (CANCELLED)
+        self._thread.join(5)
+
+
+# -- phases -------------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    """One reservation: when it was asked for and what came back."""
+
+    id: str = ""
+    began: float = 0.0  # perf_counter at the call
+    began_wall: float = 0.0
+    replied: float = 0.0  # perf_counter at the reply
+    reply_state: int = 0
+    create_time: float = 0.0  # at the controller
+    hops: int = 0
+    error: str = ""
+
+
+@dataclass
+class Phase:
+    """What one phase measured."""
+
+    samples: list[Sample]
+    arrivals: dict[str, Arrival]
+    began: float = 0.0
+    wall: float | None = None  # first call to the last arrival (batch)
+    submitted: float | None = None  # first call to the last reply (batch)
+    timed_out: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def ok(self) -> list[tuple[Sample, Arrival]]:
+        return [(s, self.arrivals[s.id]) for s in self.samples
+                if s.id in self.arrivals and self.arrivals[s.id].state == pb.ACTIVE]
+
+    def failed(self) -> int:
+        return sum(1 for s in self.samples if not s.id or (s.id in self.arrivals
+                                                            and self.arrivals[s.id].state != pb.ACTIVE))
+
+    def setup(self) -> list[float]:
+        return [a.at - s.began for s, a in self.ok()]
+
+    def parts(self) -> dict:
+        """Where the time goes: medians (and p99) of each part, in ms."""
+        ok = self.ok()
+
+        def summary(values: list[float]) -> dict:
+            return {"p50_ms": percentile_ms(values, 0.5), "p99_ms": percentile_ms(values, 0.99)}
+        return {
+            "rpc": summary([s.replied - s.began for s, _ in ok]),
+            "after_reply": summary([max(0.0, a.at - s.replied) for s, a in ok]),
+            "to_server": summary([s.create_time - s.began_wall for s, _ in ok]),
+            "server_provision": summary([a.server_time - s.create_time for s, a in ok]),
+            "delivery": summary([a.wall - a.server_time for _, a in ok]),
+        }
+
+
+def create(client: TsdnClient, rng: random.Random, dtns: list[str]) -> Sample:
+    src, dst = rng.sample(dtns, 2)
+    sample = Sample(began_wall=time.time(), began=time.perf_counter())
+    try:
+        reservation = client.create_reservation(src, dst, BANDWIDTH)
+    except ApiError as error:
+        sample.replied = time.perf_counter()
+        sample.error = str(error)
+        return sample
+    sample.replied = time.perf_counter()
+    sample.id = reservation.id
+    sample.reply_state = reservation.state
+    sample.create_time = seconds_of(reservation.create_time)
+    sample.hops = len(reservation.path.hops)
+    return sample
+
+
+def warm_up(client: TsdnClient, watcher: Watcher, dtns: list[str], count: int, rng: random.Random,
+            deadline_s: float = 60.0) -> tuple[list[str], int]:
+    """Make `count` reservations ACTIVE (switches may still be finishing their handshake):
+    returns every id made and how many failed on the way."""
+    made, failed, active = [], 0, 0
+    deadline = time.monotonic() + deadline_s
+    while active < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"warm-up: only {active} of {count} reservations became ACTIVE in {deadline_s:g} s "
+                               f"({failed} failed); watch error: {watcher.error}")
+        sample = create(client, rng, dtns)
+        if not sample.id:
+            raise RuntimeError(f"warm-up: CreateReservation failed: {sample.error}")
+        made.append(sample.id)
+        if not watcher.wait([sample.id], SETUP_TIMEOUT):
+            raise RuntimeError(f"warm-up: no ACTIVE/FAILED event for {sample.id} within {SETUP_TIMEOUT:g} s; "
+                               f"watch error: {watcher.error}")
+        if watcher.arrivals[sample.id].state == pb.ACTIVE:
+            active += 1
+        else:
+            failed += 1
+            time.sleep(0.5)  # a switch still connecting: give it a moment, then try again
+    return made, failed
+
+
+def sequential_phase(client: TsdnClient, watcher: Watcher, dtns: list[str], count: int,
+                     rng: random.Random) -> Phase:
+    """One reservation at a time: the next is asked for once the previous one is ACTIVE or FAILED."""
+    phase = Phase([], watcher.arrivals, began=time.perf_counter())
+    for _ in range(count):
+        sample = create(client, rng, dtns)
+        phase.samples.append(sample)
+        if not sample.id:
+            if len(phase.errors) < 5:
+                phase.errors.append(sample.error)
+            continue
+        if not watcher.wait([sample.id], SETUP_TIMEOUT):
+            phase.timed_out += 1
+            if len(phase.errors) < 5:
+                phase.errors.append(f"{sample.id}: no ACTIVE/FAILED within {SETUP_TIMEOUT:g} s")
+    return phase
+
+
+def batch_phase(address: str, watcher: Watcher, dtns: list[str], count: int, clients: int, seed: int) -> Phase:
+    """`count` reservations at once from `clients` threads; waits for every ACTIVE/FAILED."""
+    shares = [count // clients + (1 if i < count % clients else 0) for i in range(clients)]
+    per_thread: list[list[Sample]] = [[] for _ in range(clients)]
+    connections = [TsdnClient(address, token=TOKEN, timeout=30) for _ in range(clients)]
+    for connection in connections:  # connect before the clock starts
+        with contextlib.suppress(ApiError):
+            connection.get_reservation("none")
+    ready = threading.Barrier(clients + 1)
+
+    def submit(i: int) -> None:
+        rng = random.Random(seed * 1000 + i)
+        ready.wait()
+        per_thread[i] = [create(connections[i], rng, dtns) for _ in range(shares[i])]
+
+    threads = [threading.Thread(target=submit, args=(i,), name=f"batch-{i}", daemon=True) for i in range(clients)]
+    try:
+        for thread in threads:
+            thread.start()
+        ready.wait()
+        began = time.perf_counter()
+        for thread in threads:
+            thread.join(120)
+        samples = [s for share in per_thread for s in share]
+        ids = [s.id for s in samples if s.id]
+        complete = watcher.wait(ids, max(60.0, count * 0.5))
+    finally:
+        for connection in connections:
+            connection.close()
+    phase = Phase(samples, watcher.arrivals, began=began)
+    phase.errors = list(dict.fromkeys(s.error for s in samples if s.error))[:5]
+    phase.timed_out = sum(1 for i in ids if i not in watcher.arrivals)
+    if samples:
+        phase.submitted = max(s.replied for s in samples) - began
+    if complete and ids:
+        phase.wall = max(watcher.arrivals[i].at for i in ids) - began
+    return phase
+
+
+def release_all(address: str, ids: list[str], clients: int) -> tuple[float, int]:
+    """DeleteReservation for every id from `clients` threads: (seconds, failures)."""
+    work: queue.SimpleQueue[str] = queue.SimpleQueue()
+    for rid in ids:
+        work.put(rid)
+    failures = [0] * clients
+
+    def drain(i: int) -> None:
+        with TsdnClient(address, token=TOKEN, timeout=30) as client:
+            while True:
+                try:
+                    rid = work.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    client.delete_reservation(rid)
+                except ApiError:
+                    failures[i] += 1
+
+    began = time.perf_counter()
+    threads = [threading.Thread(target=drain, args=(i,), daemon=True) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    return time.perf_counter() - began, sum(failures)
+
+
+@dataclass
+class RunOf:
+    """Both phases on one controller."""
+
+    sequential: Phase
+    batch: Phase
+    warmup_failures: int
+    release_s: float
+    release_failures: int
+    watch_events: int
+    watch_error: str | None
+
+
+def run_phases(address: str, dtns: list[str], sizes: Sizes, clients: int, seed: int, pids: dict[str, int | None],
+               cpu: dict, label: str) -> RunOf:
+    """Warm up, then the sequential and the batch phase; release everything."""
+    watcher = Watcher(address)
+    watcher.start()
+    made: list[str] = []
+    try:
+        with TsdnClient(address, token=TOKEN, timeout=30) as client:
+            warm, warmup_failures = warm_up(client, watcher, dtns, sizes.warmup, random.Random(seed - 1))
+            made += warm
+            with cpu_use(pids, cpu, f"{label}_sequential"):
+                sequential = sequential_phase(client, watcher, dtns, sizes.sequential, random.Random(seed))
+            made += [s.id for s in sequential.samples if s.id]
+        with cpu_use(pids, cpu, f"{label}_batch"):
+            batch = batch_phase(address, watcher, dtns, sizes.batch, clients, seed + 1)
+        made += [s.id for s in batch.samples if s.id]
+    finally:
+        release_s, release_failures = release_all(address, made, clients)
+        watcher.stop()
+    return RunOf(sequential, batch, warmup_failures, release_s, release_failures, watcher.events, watcher.error)
+
+
+def by_quarter(phase: Phase) -> list[float | None]:
+    """p50 setup time (ms) of each quarter of the sequential phase, in order: growth shows here."""
+    ok = {s.id for s, _ in phase.ok()}
+    samples = [s for s in phase.samples if s.id in ok]
+    quarter = max(1, len(samples) // 4)
+    chunks = [samples[i * quarter:(i + 1) * quarter if i < 3 else len(samples)] for i in range(4)]
+    return [percentile_ms([phase.arrivals[s.id].at - s.began for s in chunk], 0.5) for chunk in chunks]
+
+
+# -- the benchmark ------------------------------------------------------------------------
+
+
+def run(quick: bool = False, sequential: int | None = None, batch: int | None = None, clients: int = 16,
+        seed: int = 16) -> dict:
+    """Run the baseline and the Mininet phases and return the result object."""
+    missing = mininet_missing()
+    if missing:
+        raise RuntimeError("tsdn bench setup needs " + ", ".join(missing))
+    from mininet.log import setLogLevel
+
+    from topologies.mininet_builder import default_scale, start_network
+
+    setLogLevel("critical")  # not a line per shaped link ("sch_htb: quantum ... is big"); failures still raise
+
+    sizes = Sizes.for_run(quick, sequential, batch)
+    topology = Topology.load(builtin_topology(TOPOLOGY))
+    dtns = sorted(topology.dtns)
+    scale = default_scale(topology)
+    facts = machine()
+    cpu: dict[str, dict] = {}
+    say(f"setup: {TOPOLOGY} ({len(topology.switches)} switches, {len(dtns)} DTNs) in Mininet at scale {scale:g}; "
+        f"{sizes.sequential} sequential + {sizes.batch} at once from {clients} clients, "
+        f"{BANDWIDTH // M}M each, kept until the end")
+    with tempfile.TemporaryDirectory(prefix="tsdn-bench-setup-") as tmp:
+        workdir = Path(tmp)
+        ledger = ControllerProcess(workdir / "ledger")
+        try:
+            address = ledger.start()
+            say(f"ledger-only controller on {address}")
+            base = run_phases(address, dtns, sizes, clients, seed, {"bench": None, "controller": ledger.pid}, cpu,
+                              "ledger_only")
+        finally:
+            ledger.stop()
+        say(f"ledger only: setup p50 {percentile_ms(base.sequential.setup(), 0.5)} ms, "
+            f"p99 {percentile_ms(base.sequential.setup(), 0.99)} ms; {sizes.batch} at once in "
+            f"{base.batch.wall and round(base.batch.wall, 3)} s")
+
+        ensure_ovs()
+        bridges = ovs("list-br").split()
+        if bridges:
+            raise RuntimeError(f"Open vSwitch already has bridges ({', '.join(bridges)}): another Mininet network "
+                               "is running; stop it (or run `mn -c` if it is a leftover) and try again")
+        port = free_port()
+        controller = ControllerProcess(workdir / "openflow", ("127.0.0.1", port), scale)
+        started_network = False
+        try:
+            address = controller.start()
+            say(f"controller on {address}, OpenFlow on 127.0.0.1:{port}, --emulation-scale {scale:g}")
+            began = time.perf_counter()
+            started_network = True
+            with start_network(TOPOLOGY, scale, controller=("127.0.0.1", port)) as net:
+                wanted = {net.topo.mn_name(s) for s in topology.switches}
+                deadline = time.monotonic() + CONNECT_TIMEOUT
+                while not wanted <= (connected := connected_bridges()):
+                    if time.monotonic() > deadline or controller.process.poll() is not None:
+                        raise RuntimeError(f"switches not connected within {CONNECT_TIMEOUT:g} s: "
+                                           f"{sorted(wanted - connected)}\n" + "".join(controller.tail))
+                    time.sleep(0.2)  # polling a condition with a deadline
+                say(f"Mininet up and all {len(wanted)} switches connected in {time.perf_counter() - began:.1f} s")
+                pids = {"bench": None, "controller": controller.pid, "ovs-vswitchd": ovs_vswitchd_pid()}
+                switched = run_phases(address, dtns, sizes, clients, seed, pids, cpu, "mininet")
+                bridges = [net.topo.mn_name(s) for s in topology.switches]
+                released = time.perf_counter()
+                deadline = time.monotonic() + 60
+                while (flows_left := sum(_flow_count(b) for b in bridges)) and time.monotonic() < deadline:
+                    time.sleep(0.2)  # polling a condition with a deadline
+                flows_gone_s = time.perf_counter() - released if not flows_left else None
+        finally:
+            controller.stop()
+            if started_network:
+                mn_clean()
+    return result_of(sizes, clients, scale, topology, base, switched, flows_left, flows_gone_s, cpu, facts,
+                     quick)
+
+
+def _flow_count(bridge: str) -> int:
+    """tsdn flows still on `bridge` (cookie 0x75d5...) after the release."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge], capture_output=True, text=True,
+                         timeout=10).stdout
+    return sum(1 for line in out.splitlines() if "cookie=0x75d5" in line)
+
+
+def result_of(sizes: Sizes, clients: int, scale: float, topology: Topology, base: RunOf, switched: RunOf,
+              flows_left: int, flows_gone_s: float | None, cpu: dict, facts: dict, quick: bool) -> dict:
+    seq, bat = switched.sequential, switched.batch
+    setup = latency_summary(seq.setup())
+    base_setup = latency_summary(base.sequential.setup())
+    batch_setup = latency_summary(bat.setup())
+    batch_1000 = None
+    if bat.wall is not None:
+        batch_1000 = round(bat.wall * 1000 / sizes.batch, 3)
+    hops = [s.hops for s, _ in seq.ok()]
+    result = {
+        "bench": "setup",
+        "p50_ms": setup["p50_ms"],
+        "p99_ms": setup["p99_ms"],
+        "batch_1000_s": batch_1000,
+        "batch_1000_s_extrapolated": sizes.batch != 1000,
+        "quick": quick,
+        "topology": TOPOLOGY,
+        "switches": len(topology.switches),
+        "emulation_scale": scale,
+        "bandwidth_bps": BANDWIDTH,
+        "sequential": sizes.sequential,
+        "max_ms": setup["max_ms"],
+        "p50_by_quarter_ms": by_quarter(seq),
+        "hops_mean": round(statistics.fmean(hops), 2) if hops else None,
+        "failures": seq.failed() + seq.timed_out,
+        "parts_ms": seq.parts(),
+        "batch": sizes.batch,
+        "clients": clients,
+        "batch_s": round(bat.wall, 3) if bat.wall is not None else None,
+        "batch_submitted_s": round(bat.submitted, 3) if bat.submitted is not None else None,
+        "batch_active_per_s": round(len(bat.ok()) / bat.wall, 1) if bat.wall else None,
+        "batch_setup_p50_ms": batch_setup["p50_ms"],
+        "batch_setup_p99_ms": batch_setup["p99_ms"],
+        "batch_failures": bat.failed() + bat.timed_out,
+        "batch_parts_ms": bat.parts(),
+        "warmup": sizes.warmup,
+        "warmup_failures": switched.warmup_failures,
+        "release_all_s": round(switched.release_s, 3),
+        "release_failures": switched.release_failures,
+        "flows_left_after_release": flows_left,
+        "flows_gone_after_release_s": round(flows_gone_s, 3) if flows_gone_s is not None else None,
+        "ledger_only_p50_ms": base_setup["p50_ms"],
+        "ledger_only_p99_ms": base_setup["p99_ms"],
+        "ledger_only_max_ms": base_setup["max_ms"],
+        "ledger_only_rpc_p50_ms": base.sequential.parts()["rpc"]["p50_ms"],
+        "ledger_only_batch_s": round(base.batch.wall, 3) if base.batch.wall is not None else None,
+        "ledger_only_failures": base.sequential.failed() + base.batch.failed() + base.sequential.timed_out
+        + base.batch.timed_out,
+        "errors": list(dict.fromkeys(seq.errors + bat.errors + base.sequential.errors + base.batch.errors))[:5],
+        "watch_error": switched.watch_error or base.watch_error,
+        "onos_ms_per_intent": ONOS_MS_PER_INTENT,
+        "targets": TARGETS,
+        "meets_targets": (setup["p50_ms"] is not None and setup["p50_ms"] <= TARGETS["p50_ms"]
+                          and setup["p99_ms"] is not None and setup["p99_ms"] <= TARGETS["p99_ms"]
+                          and batch_1000 is not None and batch_1000 <= TARGETS["batch_1000_s"]),
+        "cpu_cores_busy": cpu,
+        "machine": {**facts, "ovs": _first_line(["ovs-vswitchd", "--version"]), "datapath": "userspace (netdev)"},
+    }
+    parts = result["parts_ms"]
+    say(f"sequential ({sizes.sequential}): setup p50 {setup['p50_ms']} ms, p99 {setup['p99_ms']} ms, "
+        f"max {setup['max_ms']} ms over {result['hops_mean']} switches on average; failures {result['failures']}")
+    say(f"  p50 by quarter (tables growing): {result['p50_by_quarter_ms']} ms")
+    say(f"  parts (p50): CreateReservation RPC {parts['rpc']['p50_ms']} ms, reply to ACTIVE "
+        f"{parts['after_reply']['p50_ms']} ms; controller: booked to ACTIVE {parts['server_provision']['p50_ms']} ms, "
+        f"event delivery {parts['delivery']['p50_ms']} ms")
+    say(f"  ledger only: p50 {base_setup['p50_ms']} ms, p99 {base_setup['p99_ms']} ms")
+    say(f"batch ({sizes.batch} from {clients} clients): all ACTIVE in {result['batch_s']} s "
+        f"(replies in {result['batch_submitted_s']} s; {result['batch_active_per_s']} ACTIVE/s), "
+        f"failures {result['batch_failures']}; ledger only {result['ledger_only_batch_s']} s")
+    if sizes.batch != 1000:
+        say(f"  1,000 extrapolated linearly: {batch_1000} s")
+    say(f"release of all: {result['release_all_s']} s (RPCs); every tsdn flow gone "
+        f"{result['flows_gone_after_release_s']} s after that; left: {flows_left}")
+    say(f"CPU cores busy (of {os.cpu_count()}): {cpu}")
+    for error in result["errors"]:
+        say(f"error: {error}")
+    say(f"targets (p50 <= {TARGETS['p50_ms']} ms, p99 <= {TARGETS['p99_ms']} ms, 1,000 in <= "
+        f"{TARGETS['batch_1000_s']:g} s): {'met' if result['meets_targets'] else 'missed'}; "
+        f"ONOS reports {ONOS_MS_PER_INTENT} ms per intent with simulated switches")
+    return result
+
+
+def _first_line(command: list[str]) -> str | None:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=10).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def main(quick: bool = False, sequential: int | None = None, batch: int | None = None, clients: int = 16,
+         seed: int = 16) -> int:
+    """Run the benchmark and print its JSON line; return the exit code."""
+    for name, value in (("--sequential", sequential), ("--batch", batch), ("--clients", clients)):
+        if value is not None and value < 1:
+            say(f"tsdn bench setup: {name} must be at least 1")
+            return 2
+    try:
+        result = run(quick=quick, sequential=sequential, batch=batch, clients=clients, seed=seed)
+    except RuntimeError as error:
+        say(f"tsdn bench setup: {error}")
+        return 1
+    with contextlib.suppress(BrokenPipeError):
+        print(json.dumps(result), flush=True)
+    return 0
