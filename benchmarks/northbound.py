@@ -19,15 +19,12 @@ Human lines go to stderr; the last line printed to stdout is one JSON object.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import math
 import os
 import platform
-import queue
 import random
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from benchmarks.controller_process import ControllerProcess
 from northbound.client import ApiError, TsdnClient
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import TsdnError
@@ -55,7 +52,6 @@ BANDWIDTH = 1 * G
 PRINCIPAL = "bench"
 TOKEN = "bench-token-" + "0123456789abcdef" * 2
 TARGETS = {"admissions_per_s": 1000, "p99_ms": 20}
-START_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -131,60 +127,6 @@ def sc16_dtns() -> list[str]:
 
 
 # -- the controller under test ------------------------------------------------------------
-
-
-class ControllerProcess:
-    """`tsdn controller` on sc16 in a subprocess, on a free loopback port, with a tokens file."""
-
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        self.process: subprocess.Popen[str] | None = None
-        self.address = ""
-        self.tail: collections.deque[str] = collections.deque(maxlen=50)
-        self._lines: queue.Queue[str | None] = queue.Queue()
-
-    def start(self) -> str:
-        """Start it and wait for its "listening on HOST:PORT" line; return that address."""
-        tokens = self.workdir / "tokens.yaml"
-        tokens.write_text(yaml.safe_dump({"tokens": [{"principal": PRINCIPAL, "role": "service", "token": TOKEN}]}))
-        tokens.chmod(0o600)
-        command = [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", "sc16",
-                   "--listen-grpc", "127.0.0.1:0", "--state", str(self.workdir / "tsdn.db"),
-                   "--tokens", str(tokens), "--log-level", "WARNING"]
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._drain, name="controller-stderr", daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise RuntimeError(f"the controller did not say where it listens within {START_TIMEOUT:.0f} s:\n"
-                                   + "".join(self.tail)) from None
-            if line is None:
-                raise RuntimeError(f"the controller exited ({self.process.wait()}) before listening:\n"
-                                   + "".join(self.tail))
-            if "listening on " in line:
-                self.address = line.rsplit("listening on ", 1)[1].split()[0]
-                return self.address
-
-    def _drain(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        for line in self.process.stderr:  # keep reading so the pipe never fills
-            self.tail.append(line)
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within 5 s."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
 
 
 # -- driving clients ----------------------------------------------------------------------
@@ -390,7 +332,7 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
         core = core_phase(workdir, dtns, phases.core, seed)
         say(f"core (in-process ReservationBook, 1 thread): {core['core_admissions_per_s']} admissions/s "
             f"(create+release p50 {core['core_p50_ms']} ms, p99 {core['core_p99_ms']} ms)")
-        controller = ControllerProcess(workdir)
+        controller = ControllerProcess(workdir, principal=PRINCIPAL, token=TOKEN)
         try:
             address = controller.start()
             say(f"controller subprocess listening on {address}")

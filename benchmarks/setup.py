@@ -28,7 +28,6 @@ Human lines go to stderr; the last line printed to stdout is one JSON object.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import importlib.util
 import json
@@ -39,15 +38,13 @@ import shutil
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from benchmarks.controller_process import ControllerProcess
 from benchmarks.northbound import latency_summary, machine, percentile_ms, process_cpu, say
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
@@ -61,7 +58,6 @@ PRINCIPAL = "bench"
 TOKEN = "bench-token-" + "fedcba9876543210" * 2
 TARGETS = {"p50_ms": 10, "p99_ms": 50, "batch_1000_s": 1.0}
 ONOS_MS_PER_INTENT = 15.5
-START_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 60.0
 SETUP_TIMEOUT = 30.0
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
@@ -89,70 +85,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-class ControllerProcess:
-    """`tsdn controller` on sc16 in a subprocess; with `openflow` it controls switches connecting there."""
-
-    def __init__(self, workdir: Path, openflow: tuple[str, int] | None = None, scale: float = 1.0):
-        self.workdir = workdir
-        self.openflow = openflow
-        self.scale = scale
-        self.process: subprocess.Popen[str] | None = None
-        self.address = ""
-        self.tail: collections.deque[str] = collections.deque(maxlen=50)
-        self._lines: queue.Queue[str | None] = queue.Queue()
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    def start(self) -> str:
-        """Start it and wait for its "listening on HOST:PORT" line; return that address."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        tokens = self.workdir / "tokens.yaml"
-        tokens.write_text(yaml.safe_dump({"tokens": [{"principal": PRINCIPAL, "role": "service", "token": TOKEN}]}))
-        tokens.chmod(0o600)
-        command = [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", TOPOLOGY,
-                   "--listen-grpc", "127.0.0.1:0", "--state", str(self.workdir / "tsdn.db"),
-                   "--tokens", str(tokens), "--log-level", "WARNING"]
-        if self.openflow is not None:
-            command += ["--listen-openflow", f"{self.openflow[0]}:{self.openflow[1]}",
-                        "--emulation-scale", repr(self.scale)]
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._drain, name="controller-stderr", daemon=True).start()
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise RuntimeError(f"the controller did not say where it listens within {START_TIMEOUT:.0f} s:\n"
-                                   + "".join(self.tail)) from None
-            if line is None:
-                raise RuntimeError(f"the controller exited ({self.process.wait()}) before listening:\n"
-                                   + "".join(self.tail))
-            if "listening on " in line:
-                self.address = line.rsplit("listening on ", 1)[1].split()[0]
-                return self.address
-
-    def _drain(self) -> None:
-        assert self.process is not None and self.process.stderr is not None
-        for line in self.process.stderr:  # keep reading so the pipe never fills
-            self.tail.append(line)
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within 10 s."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
 
 
 # -- Mininet and Open vSwitch -------------------------------------------------------------
@@ -550,7 +482,7 @@ def run(quick: bool = False, sequential: int | None = None, batch: int | None = 
         f"{BANDWIDTH // M}M each, kept until the end")
     with tempfile.TemporaryDirectory(prefix="tsdn-bench-setup-") as tmp:
         workdir = Path(tmp)
-        ledger = ControllerProcess(workdir / "ledger")
+        ledger = ControllerProcess(workdir / "ledger", principal=PRINCIPAL, token=TOKEN)
         try:
             address = ledger.start()
             say(f"ledger-only controller on {address}")
@@ -568,7 +500,8 @@ def run(quick: bool = False, sequential: int | None = None, batch: int | None = 
             raise RuntimeError(f"Open vSwitch already has bridges ({', '.join(bridges)}): another Mininet network "
                                "is running; stop it (or run `mn -c` if it is a leftover) and try again")
         port = free_port()
-        controller = ControllerProcess(workdir / "openflow", ("127.0.0.1", port), scale)
+        controller = ControllerProcess(workdir / "openflow", ("127.0.0.1", port), scale, principal=PRINCIPAL,
+                                       token=TOKEN)
         started_network = False
         try:
             address = controller.start()

@@ -14,10 +14,11 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_for
 
 pytest.importorskip("mininet.net", reason="Mininet system tests need the mininet Python package (Debian: mininet)")
 
@@ -64,14 +65,7 @@ def sh(*args: str) -> str:
 
 def wait_until(predicate, timeout: float, what: str):
     """Poll `predicate` until it returns something true; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
+    return wait_for(predicate, what, timeout, interval=0.1)
 
 
 def tc_rate_mbps(tc_output: str) -> float:

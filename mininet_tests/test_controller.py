@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.waiting import wait_for
+
 TSDN = shutil.which("tsdn", path=str(Path(sys.executable).parent)) or "tsdn"
 TOKEN = "rucio-token-0123456789abcdef"
 SCALE = 0.001  # ring8's 100G links run at 100 Mbit/s
@@ -34,16 +36,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def wait_for(condition, what: str, deadline: float = DEADLINE):
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)  # polling interval of a condition with a deadline, not a synchronization sleep
-    raise AssertionError(f"timed out after {deadline}s waiting for {what}")
 
 
 def connected_bridges() -> set[str]:
@@ -139,7 +131,7 @@ def controlled(network, tmp_path) -> Iterator[tuple[object, dict, ControllerProc
     try:
         address = controller.start()
         net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port))
-        wait_for(lambda: connected_bridges() >= ALL_SWITCHES, "all 8 switches to connect")
+        wait_for(lambda: connected_bridges() >= ALL_SWITCHES, "all 8 switches to connect", DEADLINE)
         env = {**os.environ, "TSDN_CONTROLLER": address, "TSDN_TOKEN_FILE": str(tmp_path / "rucio.token")}
         yield net, env, controller
     finally:
@@ -165,19 +157,19 @@ def test_reservation_opens_the_path_and_release_closes_it(controlled):
 
     released = tsdn(env, "path", "release", reservation["id"], "--json")
     assert json.loads(released.stdout)["state"] == "RELEASED"
-    wait_for(lambda: not any(tsdn_flows(f"s{i}") for i in range(1, 9)), "every tsdn flow to be removed")
+    wait_for(lambda: not any(tsdn_flows(f"s{i}") for i in range(1, 9)), "every tsdn flow to be removed", DEADLINE)
     assert not pings(net, "dtn1", "dtn3")
 
 
 def test_a_missing_switch_fails_the_reservation_and_leaves_nothing(controlled):
     net, env, _ = controlled
     subprocess.run(["ovs-vsctl", "del-controller", net.topo.mn_name("s2")], check=True, timeout=10)
-    wait_for(lambda: "s2" not in connected_bridges(), "s2 to disconnect")
+    wait_for(lambda: "s2" not in connected_bridges(), "s2 to disconnect", DEADLINE)
     made = tsdn(env, "path", "request", "dtn1", "dtn3", "-b", "10G", "--json")
     assert made.returncode == 1, made.stderr
     reservation = json.loads(made.stdout)
     assert reservation["state"] == "FAILED" and "s2" in reservation["state_reason"], reservation
-    wait_for(lambda: not any(tsdn_flows(f"s{i}") for i in range(1, 9)), "no tsdn flow left anywhere")
+    wait_for(lambda: not any(tsdn_flows(f"s{i}") for i in range(1, 9)), "no tsdn flow left anywhere", DEADLINE)
     assert not pings(net, "dtn1", "dtn3")
 
 
@@ -186,18 +178,19 @@ def test_traffic_survives_a_controller_crash_and_a_restart_knows_its_flows(contr
     made = json.loads(tsdn(env, "path", "request", "dtn1", "dtn3", "-b", "10G", "--json").stdout)
     assert made["state"] == "ACTIVE"
     controller.kill()
-    wait_for(lambda: not connected_bridges(), "the switches to notice the controller is gone")
+    wait_for(lambda: not connected_bridges(), "the switches to notice the controller is gone", DEADLINE)
     assert pings(net, "dtn1", "dtn3"), "fail-mode secure switches must keep forwarding without a controller"
     assert not pings(net, "dtn1", "dtn4")
 
     controller.start()
-    wait_for(lambda: connected_bridges() >= ALL_SWITCHES, "all 8 switches to reconnect")
+    wait_for(lambda: connected_bridges() >= ALL_SWITCHES, "all 8 switches to reconnect", DEADLINE)
     assert pings(net, "dtn1", "dtn3")
     shown = json.loads(tsdn(env, "path", "show", made["id"], "--json").stdout)
     assert shown["state"] == "ACTIVE"
     released = tsdn(env, "path", "release", made["id"], "--json")
     assert json.loads(released.stdout)["state"] == "RELEASED"
-    wait_for(lambda: not any(tsdn_flows(f"s{i}") for i in range(1, 9)), "the restarted controller to remove them")
+    wait_for(lambda: not any(tsdn_flows(f"s{i}") for i in range(1, 9)), "the restarted controller to remove them",
+             DEADLINE)
     assert not pings(net, "dtn1", "dtn3")
 
 
@@ -213,8 +206,8 @@ def test_protected_reservation_fails_over_with_the_controller_stopped(controlled
     net.mn.configLinkStatus(net.topo.mn_name(cut[0]), net.topo.mn_name(cut[1]), "down")
     # A packet on the wire when the link dies is lost; the ones after it must go around the ring.
     wait_for(lambda: pings(net, "dtn1", "dtn3"), f"traffic to resume with {cut[0]}-{cut[1]} down, no controller",
-             deadline=10)
-    wait_for(lambda: backup_packets(net) > before, "the traffic to be counted on the backup path", deadline=5)
+             timeout=10)
+    wait_for(lambda: backup_packets(net) > before, "the traffic to be counted on the backup path", timeout=5)
     assert controller.process.poll() is not None, "the controller must still be down"
 
 

@@ -14,10 +14,11 @@ import json
 import re
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
+
+from tests.waiting import wait_for
 
 pytest.importorskip("mininet.net", reason="Mininet system tests need the mininet Python package (Debian: mininet)")
 
@@ -53,14 +54,7 @@ def free_port() -> int:
 
 def wait_until(predicate, timeout: float, what: str):
     """Poll `predicate` until it returns something true; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
+    return wait_for(predicate, what, timeout, interval=0.1)
 
 
 def ofctl(*args: str) -> str:

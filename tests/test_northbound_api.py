@@ -64,18 +64,6 @@ def rpc_error(call, request, **kwargs) -> grpc.RpcError:
     return info.value
 
 
-def wait_for(condition, what: str, timeout: float = WAIT):
-    """Poll `condition` until it returns something true, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
 class StreamEnded(AssertionError):
     """The watch stream ended (error: the ApiError it ended with, or None for a clean end)."""
 
