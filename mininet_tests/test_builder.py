@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from mininet_tests.traffic import iperf3
 from tests.waiting import wait_for
 
 pytest.importorskip("mininet.net", reason="Mininet system tests need the mininet Python package (Debian: mininet)")
@@ -237,34 +238,10 @@ def test_normal_flows_carry_ping_and_iperf3_at_the_scaled_bottleneck(network):
     bottleneck = min(net.topo.mbps[d.id] for d in path)
     assert bottleneck == pytest.approx(100e9 * scale / 1e6)
 
-    iperf_server = server.popen(["iperf3", "-s", "-1", "-p", "5201"])
-    try:
-        def listening():
-            assert iperf_server.poll() is None, f"iperf3 server exited: {iperf_server.communicate()}"
-            return server.pexec("ss", "-Hltn", "sport = :5201")[0].strip()
-
-        wait_until(listening, 10, "the iperf3 server on dtn3 to listen")
-        iperf_client = client.popen(["iperf3", "-c", server_ip, "-p", "5201", "-t", "3", "-J",
-                                     "--connect-timeout", "5000"])
-        try:
-            out, err = iperf_client.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            iperf_client.kill()
-            out, err = iperf_client.communicate()
-            pytest.fail(f"iperf3 dtn1 -> dtn3 did not finish within 30 s (stalled TCP?): {out}{err}")
-        try:
-            report = json.loads(out)
-        except json.JSONDecodeError:
-            pytest.fail(f"iperf3 client printed no JSON report: {out}{err}")
-        assert "error" not in report, report["error"]
-        received = report["end"]["sum_received"]["bits_per_second"] / 1e6
-        print(f"iperf3 dtn1 -> dtn3 through 3 switches: {received:.1f} Mbit/s, bottleneck {bottleneck:g} Mbit/s")
-        assert received <= 1.1 * bottleneck, f"{received:.1f} Mbit/s is more than the {bottleneck:g} Mbit/s shaped"
-        assert received >= 0.5 * bottleneck, f"{received:.1f} Mbit/s is far below the {bottleneck:g} Mbit/s shaped"
-    finally:
-        if iperf_server.poll() is None:
-            iperf_server.kill()
-        iperf_server.wait(timeout=10)
+    received = iperf3(client, server, server_ip)
+    print(f"iperf3 dtn1 -> dtn3 through 3 switches: {received:.1f} Mbit/s, bottleneck {bottleneck:g} Mbit/s")
+    assert received <= 1.1 * bottleneck, f"{received:.1f} Mbit/s is more than the {bottleneck:g} Mbit/s shaped"
+    assert received >= 0.5 * bottleneck, f"{received:.1f} Mbit/s is far below the {bottleneck:g} Mbit/s shaped"
 
 
 @pytest.mark.parametrize(("scale", "rate"), [(0.02, "2000 Mbit/s"), (0, "0 Mbit/s")])

@@ -10,7 +10,6 @@ is not connected is refused before anything is sent.
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import subprocess
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from mininet_tests.traffic import iperf3
 from tests.waiting import wait_for
 
 pytest.importorskip("mininet.net", reason="Mininet system tests need the mininet Python package (Debian: mininet)")
@@ -90,36 +90,6 @@ def meters(bridge: str) -> str:
 
 def pings(host, ip: str, count: int = 1) -> bool:
     return host.pexec("ping", "-c", str(count), "-W", "1", "-i", "0.2", ip)[2] == 0
-
-
-def iperf3(client_host, server_host, server_ip: str, offered_mbps: float, udp: bool = False) -> float:
-    """Run iperf3 for 3 s at `offered_mbps` from `client_host` to `server_host`; received Mbit/s."""
-    server = server_host.popen(["iperf3", "-s", "-1", "-p", "5201"])
-    try:
-        def listening():
-            assert server.poll() is None, f"iperf3 server exited: {server.communicate()}"
-            return server_host.pexec("ss", "-Hltn", "sport = :5201")[0].strip()
-
-        wait_until(listening, 10, "the iperf3 server to listen")
-        command = ["iperf3", "-c", server_ip, "-p", "5201", "-t", "3", "-J", "-b", f"{offered_mbps:g}M",
-                   "--connect-timeout", "5000", *(["-u"] if udp else [])]
-        client = client_host.popen(command)
-        try:
-            out, err = client.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            client.kill()
-            out, err = client.communicate()
-            pytest.fail(f"{' '.join(command)} did not finish within 30 s: {out}{err}")
-        try:
-            report = json.loads(out)
-        except json.JSONDecodeError:
-            pytest.fail(f"iperf3 client printed no JSON report: {out}{err}")
-        assert "error" not in report, report["error"]
-        return report["end"]["sum_received"]["bits_per_second"] / 1e6
-    finally:
-        if server.poll() is None:
-            server.kill()
-        server.wait(timeout=10)
 
 
 def dtn1_to_dtn3(topology: Topology, bandwidth: int = BOOKED) -> FlowPlan:
