@@ -132,6 +132,11 @@ class Provisioner:
                 log.warning("removing or changing flows of reservation %s: %s", change.reservation_id, error)
 
 
+def _log_failure(future: Future) -> None:
+    if future.exception() is not None:
+        log.error("queued core call failed", exc_info=future.exception())
+
+
 class CoreWorker:
     """Runs calls into a `ReservationBook` on one thread and ticks it by its clock."""
 
@@ -173,6 +178,14 @@ class CoreWorker:
         future: Future = Future()
         self._jobs.put((lambda: fn(*args, **kwargs), future))
         return future.result(timeout)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue `fn(*args)` on the worker thread without waiting; its errors are logged."""
+        if self._stopped.is_set():
+            return
+        future: Future = Future()
+        future.add_done_callback(_log_failure)
+        self._jobs.put((lambda: fn(*args), future))
 
     def _run(self) -> None:
         self._tick()

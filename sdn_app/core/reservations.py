@@ -40,7 +40,7 @@ from sdn_app.core.errors import (
 )
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import Path, PathFinder, PathRequest, Route
-from sdn_app.core.plans import FlowPlan, IdAllocator, Step, plan_for, plan_steps
+from sdn_app.core.plans import FlowPlan, IdAllocator, Step, SwitchPlan, plan_for, plan_steps
 from sdn_app.core.topology import Topology
 from sdn_app.core.units import format_bandwidth, format_time
 
@@ -317,6 +317,13 @@ class ReservationBook:
             self._uninstall(old.id)
         self._remember(new)
         self._record(old.state, new)
+
+    def switch_plan(self, switch: str) -> SwitchPlan:
+        """Every flow, meter and group the reservations on the switches want on `switch` now
+        (what reconciliation makes the switch hold)."""
+        parts = [plan.for_switch(switch) for plan in self._plans.values()]
+        return SwitchPlan(tuple(f for p in parts for f in p.flows), tuple(m for p in parts for m in p.meters),
+                          tuple(g for p in parts for g in p.groups))
 
     def take_changes(self) -> list[Change]:
         """OpenFlow changes decided since the last call, in the order they must be applied."""
