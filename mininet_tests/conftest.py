@@ -8,8 +8,7 @@ after every test that made a network (pass or fail) and after the last test.
 The builder is imported inside the fixtures, never at module level, so a machine without
 Mininet still collects and skips this folder instead of failing the whole run.
 
-A future `controller_process` fixture (the OpenFlow app as a real process) plugs in through
-`network(..., controller=(ip, port))`.
+`controlled` runs ring8 under a real `tsdn controller` process (mininet_tests/controlled.py).
 """
 
 from __future__ import annotations
@@ -117,3 +116,22 @@ def network(clean_mininet) -> Iterator[Callable[..., object]]:
             return stack.enter_context(start_network(topology, scale=scale, controller=controller))
 
         yield start
+
+
+ALL_RING8_SWITCHES = frozenset(f"s{i}" for i in range(1, 9))
+
+
+@pytest.fixture
+def controlled(network, tmp_path) -> Iterator[tuple[object, dict, object]]:
+    """ring8 in Mininet, controlled by a `tsdn controller` process; yields (network, CLI env, process)."""
+    from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges, free_port
+    from tests.waiting import wait_for
+
+    controller = ControllerProcess(tmp_path, free_port())
+    try:
+        address = controller.start()
+        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port))
+        wait_for(lambda: connected_bridges() >= ALL_RING8_SWITCHES, "all 8 switches to connect", DEADLINE)
+        yield net, cli_env(address, tmp_path), controller
+    finally:
+        controller.stop()

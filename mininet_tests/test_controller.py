@@ -9,137 +9,13 @@ installed elsewhere.
 from __future__ import annotations
 
 import json
-import os
-import queue
-import shutil
-import signal
-import socket
 import subprocess
-import sys
-import threading
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
+from mininet_tests.conftest import ALL_RING8_SWITCHES as ALL_SWITCHES
+from mininet_tests.controlled import DEADLINE, connected_bridges, pings, tsdn, tsdn_flows
 from tests.waiting import wait_for
-
-TSDN = shutil.which("tsdn", path=str(Path(sys.executable).parent)) or "tsdn"
-TOKEN = "rucio-token-0123456789abcdef"
-SCALE = 0.001  # ring8's 100G links run at 100 Mbit/s
-DEADLINE = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def connected_bridges() -> set[str]:
-    out = subprocess.run(["ovs-vsctl", "--format=json", "--columns=_uuid,is_connected", "list", "Controller"],
-                         capture_output=True, text=True, timeout=10).stdout
-    controllers = {row[0][1] for row in json.loads(out)["data"] if row[1] is True}
-    bridges = set()
-    for name in subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True, timeout=10).stdout.split():
-        ids = subprocess.run(["ovs-vsctl", "get", "Bridge", name, "controller"], capture_output=True, text=True,
-                             timeout=10).stdout
-        if any(c in ids for c in controllers):
-            bridges.add(name)
-    return bridges
-
-
-def tsdn_flows(bridge: str) -> list[str]:
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge], capture_output=True, text=True,
-                         timeout=10).stdout
-    return [line for line in out.splitlines() if "cookie=0x75d5" in line]
-
-
-def pings(net, src: str, dst: str) -> bool:
-    address = net.topology.dtns[dst].ipv4
-    return " 0% packet loss" in net.host(src).cmd(f"ping -c 2 -i 0.2 -W 1 {address}")
-
-
-class ControllerProcess:
-    """A `tsdn controller` process controlling ring8 over OpenFlow; can be killed and started again."""
-
-    def __init__(self, tmp_path: Path, openflow_port: int):
-        self.tmp_path = tmp_path
-        self.openflow_port = openflow_port
-        self.grpc_address = "127.0.0.1:0"
-        self.process: subprocess.Popen | None = None
-        self.log: list[str] = []
-        tokens = tmp_path / "tokens.yaml"
-        tokens.write_text(yaml.safe_dump({"tokens": [{"principal": "rucio", "role": "service", "token": TOKEN}]}))
-        tokens.chmod(0o600)
-        (tmp_path / "rucio.token").write_text(TOKEN)
-
-    def start(self) -> str:
-        """Start it (on the gRPC address it had before, if any); return that address."""
-        process = subprocess.Popen(
-            [TSDN, "controller", "--topology", "ring8", "--listen-grpc", self.grpc_address, "--state",
-             str(self.tmp_path / "tsdn.db"), "--tokens", str(self.tmp_path / "tokens.yaml"),
-             "--listen-openflow", f"127.0.0.1:{self.openflow_port}", "--emulation-scale", str(SCALE)],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        self.process = process
-        lines: queue.Queue = queue.Queue()
-
-        def read() -> None:
-            for line in process.stderr:
-                self.log.append(line)
-                lines.put(line)
-
-        threading.Thread(target=read, daemon=True).start()
-        end = time.monotonic() + DEADLINE
-        while time.monotonic() < end:
-            try:
-                line = lines.get(timeout=1)
-            except queue.Empty:
-                assert process.poll() is None, "controller exited:\n" + "".join(self.log)
-                continue
-            if line.startswith("tsdn controller listening on "):
-                self.grpc_address = line.rsplit(" ", 1)[1].strip()
-                return self.grpc_address
-        raise AssertionError("controller did not start:\n" + "".join(self.log))
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, no clean shutdown."""
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(15)
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it lingers."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-
-ALL_SWITCHES = {f"s{i}" for i in range(1, 9)}
-
-
-@pytest.fixture
-def controlled(network, tmp_path) -> Iterator[tuple[object, dict, ControllerProcess]]:
-    """ring8 in Mininet, controlled by a `tsdn controller` process; yields (network, CLI env, process)."""
-    controller = ControllerProcess(tmp_path, free_port())
-    try:
-        address = controller.start()
-        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port))
-        wait_for(lambda: connected_bridges() >= ALL_SWITCHES, "all 8 switches to connect", DEADLINE)
-        env = {**os.environ, "TSDN_CONTROLLER": address, "TSDN_TOKEN_FILE": str(tmp_path / "rucio.token")}
-        yield net, env, controller
-    finally:
-        controller.stop()
-
-
-def tsdn(env, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([TSDN, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_reservation_opens_the_path_and_release_closes_it(controlled):
