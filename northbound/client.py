@@ -123,9 +123,15 @@ class TsdnClient:
                 return
 
     def modify_reservation(self, name: str, bandwidth_bps: int | None = None, end: float | None = None,
-                           validate_only: bool = False) -> pb.Reservation:
-        """Change bandwidth and/or end time (`math.inf`: until released)."""
+                           validate_only: bool = False, move: bool = False, policy: str = "shortest",
+                           include: Sequence[str] = (), exclude: Sequence[str] = (),
+                           max_hops: int | None = None) -> pb.Reservation:
+        """Change bandwidth, end time (`math.inf`: until released) and/or `move` to a new path
+        computed with `policy`, `include`, `exclude` and `max_hops`."""
         request = pb.ModifyReservationRequest(name=_name(name), validate_only=validate_only)
+        if move:
+            request.path.CopyFrom(pb.PathConstraints(policy=POLICIES[policy], include=include, exclude=exclude,
+                                                     max_hops=max_hops))
         if bandwidth_bps is not None:
             request.bandwidth_bps = bandwidth_bps
         if end is not None:

@@ -15,7 +15,7 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import Path, PathRequest
-from sdn_app.core.reservations import Event, Reservation, ReservationBook, State
+from sdn_app.core.reservations import Event, PathChoice, Reservation, ReservationBook, State
 from sdn_app.core.topology import LinkDirection
 from sdn_app.core.units import MAX_BANDWIDTH
 
@@ -106,6 +106,13 @@ def path_request_in(message, bandwidth: int, now: float, protect: bool = False) 
         exclude=_names(message.exclude, "exclude"),
         max_hops=message.max_hops if message.HasField("max_hops") else None, protect=protect,
     )
+
+
+def path_choice_in(message: pb.PathConstraints) -> PathChoice:
+    """A core `PathChoice` from PathConstraints."""
+    return PathChoice(policy=_policy(message.policy), include=_names(message.include, "path.include"),
+                      exclude=_names(message.exclude, "path.exclude"),
+                      max_hops=message.max_hops if message.HasField("max_hops") else None)
 
 
 def state_in(value: int) -> State | None:

@@ -104,8 +104,9 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
             end = float("inf")
         else:
             end = None
+        path = convert.path_choice_in(request.path) if request.HasField("path") else None
         return self.worker.call(lambda: convert.reservation_out(
-            self.book.modify(principal, request.name, bandwidth, end, request.validate_only)))
+            self.book.modify(principal, request.name, bandwidth, end, request.validate_only, path)))
 
     @rpc
     def DeleteReservation(self, request: pb.DeleteReservationRequest, context, principal: Principal):

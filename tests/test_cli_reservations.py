@@ -92,6 +92,22 @@ def test_request_list_show_modify_release(running):
     assert json.loads(released.stdout)["state"] == "RELEASED"
 
 
+def test_move_to_a_new_path(running):
+    _, env, _, _ = running
+    rid = json.loads(tsdn(env, "path", "request", "caltech-a-dtn1", "starlight-dtn1", "-b", "100G",
+                          "--json").stdout)["id"]
+    moved = tsdn(env, "path", "modify", rid, "--move", "--exclude", "tbit-rdma", "--json")
+    assert moved.returncode == 0, moved.stderr
+    after = json.loads(moved.stdout)
+    assert "tbit-rdma" not in after["path"]["links"] and "path ->" in after["state_reason"]
+    assert json.loads(tsdn(env, "path", "show", rid, "--json").stdout)["path"] == after["path"]
+    no_move = tsdn(env, "path", "modify", rid, "--exclude", "tbit-rdma")
+    assert no_move.returncode == 2 and "--move" in no_move.stderr
+    unknown = tsdn(env, "path", "modify", rid, "--move", "--exclude", "no-such-switch")
+    assert unknown.returncode == 2 and "no-such-switch" in unknown.stderr
+    assert json.loads(tsdn(env, "path", "show", rid, "--json").stdout)["path"] == after["path"]
+
+
 def test_refusals_and_exit_codes(running):
     _, env, _, _ = running
     too_much = tsdn(env, "path", "request", "caltech-a-dtn1", "starlight-dtn1", "-b", "1T")

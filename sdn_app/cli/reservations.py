@@ -15,6 +15,7 @@ from sdn_app.cli.output import EXIT_BAD_INPUT, EXIT_REFUSED, fail, print_json, t
 from sdn_app.cli.request_args import add_request_arguments, request_from_args
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import InvalidArgument
+from sdn_app.core.paths import POLICIES
 from sdn_app.core.units import format_bandwidth, format_time, format_window, parse_bandwidth, parse_time
 
 EXIT_AUTH = 3
@@ -47,13 +48,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         command.add_argument("id", metavar="ID", help="reservation id or reservations/ID")
         _client_options(command, run)
 
-    modify = sub.add_parser("modify", help="change a reservation's bandwidth or end time")
+    modify = sub.add_parser("modify", help="change a reservation's bandwidth or end time, or move it")
     modify.add_argument("id", metavar="ID", help="reservation id or reservations/ID")
     modify.add_argument("--bandwidth", "-b", metavar="BW", help="new bandwidth, e.g. 40G")
     end = modify.add_mutually_exclusive_group()
     end.add_argument("--end", metavar="T", help="new end: ISO 8601, '+2h', or epoch seconds")
     end.add_argument("--until-released", action="store_true", help="remove the end time")
     modify.add_argument("--validate-only", action="store_true", help="check, change nothing")
+    modify.add_argument("--move", action="store_true",
+                        help="move to a new path (make-before-break) computed with --policy/--include/--exclude/"
+                             "--max-hops, which replace the reservation's own constraints")
+    modify.add_argument("--policy", choices=POLICIES, help="with --move: shortest or widest (default shortest)")
+    modify.add_argument("--include", action="append", default=[], metavar="SWITCH|LINK",
+                        help="with --move: pass through this switch or link (repeat, in order)")
+    modify.add_argument("--exclude", action="append", default=[], metavar="SWITCH|LINK",
+                        help="with --move: avoid this switch or link (repeat)")
+    modify.add_argument("--max-hops", type=int, metavar="N", help="with --move: at most N switch-to-switch links")
     _client_options(modify, run_modify)
 
     watch = sub.add_parser("watch", help="print reservation events as they happen (Ctrl-C stops)")
@@ -216,13 +226,20 @@ def run_release(args: argparse.Namespace, client) -> int:
 
 
 def run_modify(args: argparse.Namespace, client) -> int:
-    """`tsdn path modify ID [--bandwidth BW] [--end T | --until-released]`."""
+    """`tsdn path modify ID [--bandwidth BW] [--end T | --until-released] [--move ...]`."""
     bandwidth = parse_bandwidth(args.bandwidth, "--bandwidth") if args.bandwidth else None
     end = math.inf if args.until_released else (
         parse_time(args.end, SystemClock().now(), "--end") if args.end else None)
-    if bandwidth is None and end is None:
-        raise InvalidArgument("give --bandwidth, --end or --until-released")
-    _print_reservation(client.modify_reservation(args.id, bandwidth, end, args.validate_only), args)
+    if args.move:
+        if args.max_hops is not None and args.max_hops < 0:
+            raise InvalidArgument(f"--max-hops: must be zero or more, got {args.max_hops}")
+    elif args.policy or args.include or args.exclude or args.max_hops is not None:
+        raise InvalidArgument("--policy, --include, --exclude and --max-hops describe a new path: add --move")
+    if bandwidth is None and end is None and not args.move:
+        raise InvalidArgument("give --bandwidth, --end, --until-released or --move")
+    _print_reservation(client.modify_reservation(
+        args.id, bandwidth, end, args.validate_only, move=args.move, policy=args.policy or "shortest",
+        include=args.include, exclude=args.exclude, max_hops=args.max_hops), args)
     return 0
 
 

@@ -148,6 +148,7 @@ class PathFinder:
     def __init__(self, topology: Topology, availability: Availability):
         self.topology = topology
         self.availability = availability
+        self.down_links: set[str] = set()  # links the switches report down: no path crosses them
 
     def route(self, request: PathRequest, ignore: str | None = None) -> Route:
         """Return the best route for `request`, with a backup when it asks for protection.
@@ -184,7 +185,9 @@ class _Search:
         self.dst_switch = topology.dtns[request.dst].switch
         self.up, _ = topology.access(request.src)
         _, self.down = topology.access(request.dst)
-        self.banned_nodes, self.banned_links = topology.resolve_elements(request.exclude, "exclude")
+        self.banned_nodes, excluded = topology.resolve_elements(request.exclude, "exclude")
+        self.down_links = frozenset(finder.down_links)
+        self.banned_links = excluded | self.down_links
         self.waypoints = [self._waypoint(ref) for ref in request.include]
         for node in (self.src_switch, self.dst_switch):
             if node in self.banned_nodes:
@@ -564,9 +567,12 @@ class _Search:
         parts = []
         if self.banned_nodes:
             parts.append("switches " + ", ".join(sorted(self.banned_nodes)))
-        if banned_links:
+        chosen = banned_links - self.down_links
+        if chosen:
             label = "links shared with the primary or excluded" if what else "links"
-            parts.append(f"{label} " + ", ".join(sorted(banned_links)))
+            parts.append(f"{label} " + ", ".join(sorted(chosen)))
+        if self.down_links:
+            parts.append("links down " + ", ".join(sorted(self.down_links)))
         text = f" avoiding {'; '.join(parts)}" if parts else ""
         if self.request.include and not what:
             text += " through " + ", ".join(self.request.include)

@@ -10,6 +10,15 @@ States (see the proto for the diagram): SCHEDULED until the window starts, then
 PROVISIONING and ACTIVE; MOVING and DEGRADED when the network changes under it; RELEASED,
 EXPIRED and FAILED are final. Until an OpenFlow adapter provisions switches, PROVISIONING
 is confirmed at once: the reservation is booked in the ledger only.
+
+Links: the adapter reports links going down and coming back (`set_link_state`). No path is
+computed across a down link. A reservation whose path crosses one moves (MOVING, make-before-
+break, then ACTIVE) to the best route that fits, its booking moving with it in one ledger
+transaction; one that fits nowhere becomes DEGRADED with the reason and keeps its booking and
+flows, so it works again as soon as its link does. DEGRADED reservations are retried whenever
+capacity returns: a link comes up, a reservation ends or shrinks. A protected reservation
+losing a link of either path is moved to a new link-disjoint pair when one fits; otherwise it
+stays on the fast-failover groups, DEGRADED ("protection lost") until a pair fits again.
 """
 
 from __future__ import annotations
@@ -131,11 +140,23 @@ class Event:
 
 @dataclass(frozen=True)
 class Change:
-    """OpenFlow steps for the adapter to apply, in order; `confirm`: report back with `provisioned`."""
+    """OpenFlow steps for the adapter to apply, in order; `confirm`: report back with
+    `provisioned(reservation_id, error, token)`."""
 
     reservation_id: str
     steps: tuple[Step, ...]
     confirm: bool
+    token: int = 0  # which change of the reservation a report is about: only the latest counts
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """Constraints for a reservation's new path; they replace the ones it was made with."""
+
+    policy: str = "shortest"
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    max_hops: int | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +184,8 @@ class ReservationBook:
         self.provisioning = provisioning
         self.finder = PathFinder(topology, ledger)
         self._plans: dict[str, FlowPlan] = {}
+        self._tokens: dict[str, int] = {}  # reservation -> token of its latest confirmed change
+        self._awaiting_reconcile: dict[str, set[str]] = {}  # caught mid-change at start-up -> switches left
         self._plan_ids = IdAllocator()
         self._changes: list[Change] = []
         self._reservations: dict[str, Reservation] = {}
@@ -302,21 +325,139 @@ class ReservationBook:
             return State.PROVISIONING, "window started: installing flows and meters"
         return State.ACTIVE, LEDGER_ONLY
 
-    def provisioned(self, reservation_id: str, error: str | None) -> None:
-        """The adapter's report on a reservation's install: ACTIVE, or FAILED with `error` and removed."""
+    def provisioned(self, reservation_id: str, error: str | None, token: int | None = None) -> None:
+        """The adapter's report on a reservation's change of flows.
+
+        An install: ACTIVE, or FAILED with `error` and removed. A move: ACTIVE on the new path,
+        or DEGRADED with `error` (its flows are put right when the switches reconnect). A
+        report on a change that a later one superseded (`token`) is ignored.
+        """
         old = self._reservations.get(reservation_id)
-        if old is None or old.state is not State.PROVISIONING:
+        if old is None or old.state not in (State.PROVISIONING, State.MOVING):
             return  # released or expired while installing: its removal is already queued
+        if token is not None and token != self._tokens.get(reservation_id):
+            return
         now = self.clock.now()
-        if error is None:
-            new = replace(old, state=State.ACTIVE, updated=now, reason=CONFIRMED)
-            self.ledger.write(lambda db: _update(db, new))
+        assert old.route is not None
+        down = self._down_on(old.route)
+        if error is None and old.state is State.PROVISIONING and down:
+            new = replace(old, state=State.DEGRADED, updated=now,
+                          reason=f"installed, but link {', '.join(down)} is down and no alternate path fits")
+        elif error is None:
+            reason = (CONFIRMED if old.state is State.PROVISIONING
+                      else f"moved to {old.route.primary.describe()}: {CONFIRMED}")
+            new = replace(old, state=State.ACTIVE, updated=now, reason=reason)
+        elif old.state is State.MOVING:
+            new = replace(old, state=State.DEGRADED, updated=now, reason=f"moving failed: {error}")
         else:
             new = replace(old, state=State.FAILED, updated=now, reason=f"provisioning failed: {error}")
             self.ledger.release(old.id, also=lambda db: _update(db, new))
             self._uninstall(old.id)
+            self._remember(new)
+            self._record(old.state, new)
+            return
+        self.ledger.write(lambda db: _update(db, new))
         self._remember(new)
         self._record(old.state, new)
+
+    # -- links ---------------------------------------------------------------------------
+
+    def set_link_state(self, link: str, up: bool, reason: str = "") -> None:
+        """A link went down or came back (as the switches report it): move what it affects.
+
+        Down: every live reservation whose primary or backup crosses `link` is moved to the
+        best route that fits, or becomes DEGRADED. Up: DEGRADED reservations are retried.
+        """
+        if link not in self.topology.links:
+            raise InvalidArgument(f"link: {link!r} is not a link of topology {self.topology.name}")
+        down = self.finder.down_links
+        why = f"link {link} {'up' if up else 'down'}" + (f" ({reason})" if reason else "")
+        if up:
+            if link in down:
+                down.discard(link)
+                self._retry_degraded(why)
+            return
+        if link in down:
+            return
+        down.add(link)
+        affected = [r for r in self._live.values() if r.route is not None and link in _route_links(r.route)]
+        for reservation in sorted(affected, key=lambda r: (r.created, r.id)):
+            self._reroute(reservation, why)
+
+    def down_links(self) -> frozenset[str]:
+        """Links reported down now."""
+        return frozenset(self.finder.down_links)
+
+    def _down_on(self, route: Route) -> list[str]:
+        return sorted(set(route.primary.links) & self.finder.down_links)
+
+    def _reroute(self, old: Reservation, why: str) -> None:
+        """Move `old` off down links to the best route that fits, or mark it DEGRADED."""
+        assert old.route is not None
+        try:
+            route = self.finder.route(old.request, ignore=old.id)
+        except (NoCapacity, FailedPrecondition) as refusal:
+            self._degrade(old, why, str(refusal))
+            return
+        self._move(old, route, f"{why}: moving to {route.primary.describe()}")
+
+    def _degrade(self, old: Reservation, why: str, refusal: str) -> None:
+        assert old.route is not None
+        now = self.clock.now()
+        if old.route.backup is not None and not set(old.route.primary.links) & self.finder.down_links:
+            reason = f"{why}: protection lost, traffic stays on {old.route.primary.describe()}; {refusal}"
+        elif old.route.backup is not None and not set(old.route.backup.links) & self.finder.down_links:
+            reason = f"{why}: protection lost, traffic fails over to {old.route.backup.describe()}; {refusal}"
+        else:
+            reason = f"{why}: no alternate path; {refusal}"
+        if old.state is State.SCHEDULED:  # nothing on the switches yet: it is retried at its start
+            new = replace(old, updated=now, reason=reason)
+        else:
+            new = replace(old, state=State.DEGRADED, updated=now, reason=reason)
+        if new == old:
+            return
+        self.ledger.write(lambda db: _update(db, new))
+        self._remember(new)
+        self._record(old.state, new)
+
+    def _move(self, old: Reservation, route: Route, reason: str, request: PathRequest | None = None) -> Reservation:
+        """Book `route` (and `request`, when it changes) for `old` and move its flows there,
+        make-before-break; ACTIVE again when every hop confirms."""
+        request = request or old.request
+        now = self.clock.now()
+        installed = old.id in self._plans
+        state = State.MOVING if installed else old.state
+        new = replace(old, request=request, route=route, state=state, updated=now, reason=reason)
+        self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end, directions=route.direction_ids,
+                           also=lambda db: _update(db, new))
+        self._remember(new)
+        self._record(old.state, new)
+        if installed:
+            plan = plan_for(self.topology, new.id, request.src, request.dst, route, request.bandwidth, self._plan_ids)
+            self._plan_ids.retain(plan)
+            self._queue(new.id, plan_steps(self._plans[new.id], plan), confirm=True)
+            self._plans[new.id] = plan
+        return new
+
+    def _retry_degraded(self, why: str) -> None:
+        """Capacity came back: move each DEGRADED reservation to a route that fits, oldest first."""
+        degraded = [r for r in self._live.values() if r.state is State.DEGRADED
+                    or (r.state is State.SCHEDULED and r.route is not None and self._down_on(r.route))]
+        for old in sorted(degraded, key=lambda r: (r.created, r.id)):
+            assert old.route is not None
+            try:
+                route = self.finder.route(old.request, ignore=old.id)
+            except (NoCapacity, FailedPrecondition):
+                continue
+            if _route_key(route) == _route_key(old.route):
+                if old.state is State.DEGRADED:  # its flows are in place: working again as it is
+                    new = replace(old, state=State.ACTIVE, updated=self.clock.now(),
+                                  reason=f"{why}: running on {old.route.primary.describe()} again")
+                    self.ledger.write(lambda db, new=new: _update(db, new))
+                    self._remember(new)
+                    self._record(old.state, new)
+                continue
+            self._move(old, route, f"{why}: moving to {route.primary.describe()}")
 
     def switch_plan(self, switch: str) -> SwitchPlan:
         """Every flow, meter and group the reservations on the switches want on `switch` now
@@ -335,49 +476,76 @@ class ReservationBook:
         q = reservation.request
         plan = plan_for(self.topology, reservation.id, q.src, q.dst, reservation.route, q.bandwidth, self._plan_ids)
         self._plans[reservation.id] = plan
-        self._changes.append(Change(reservation.id, tuple(plan_steps(None, plan)), confirm=True))
+        self._queue(reservation.id, plan_steps(None, plan), confirm=True)
 
     def _uninstall(self, reservation_id: str) -> None:
         plan = self._plans.pop(reservation_id, None)
         if plan is not None:
-            self._changes.append(Change(reservation_id, tuple(plan_steps(plan, None)), confirm=False))
+            self._queue(reservation_id, plan_steps(plan, None), confirm=False)
             self._plan_ids.release(reservation_id)
+        self._tokens.pop(reservation_id, None)
+        self._awaiting_reconcile.pop(reservation_id, None)
+
+    def _queue(self, reservation_id: str, steps: list[Step], confirm: bool) -> None:
+        """Hand steps to the adapter; a confirmed change supersedes earlier reports."""
+        token = 0
+        if confirm:
+            token = self._tokens[reservation_id] = self._tokens.get(reservation_id, 0) + 1
+            self._awaiting_reconcile.pop(reservation_id, None)
+        self._changes.append(Change(reservation_id, tuple(steps), confirm, token))
 
     def modify(self, principal: Principal, name: str, bandwidth: int | None = None, end: float | None = None,
-               validate_only: bool = False) -> Reservation:
-        """Change bandwidth and/or end (`math.inf`: until released) on the same path, all or nothing."""
+               validate_only: bool = False, path: PathChoice | None = None) -> Reservation:
+        """Change bandwidth, end (`math.inf`: until released) and/or the path, all or nothing.
+
+        Without `path` the reservation stays on its path. With it, a new route is computed
+        under those constraints (they replace the old ones) and the reservation moves there
+        make-before-break (MOVING, then ACTIVE when every hop confirms).
+        """
         old = self._current(principal, name)
         if old.state.is_final:
             raise FailedPrecondition(f"{old.name} is {old.state}; only live reservations can be modified")
-        if bandwidth is None and end is None:
-            raise InvalidArgument("give a new bandwidth_bps or end time")
+        if bandwidth is None and end is None and path is None:
+            raise InvalidArgument("give a new bandwidth_bps, end time or path")
+        if old.state in (State.PROVISIONING, State.MOVING) and path is not None:
+            raise FailedPrecondition(f"{old.name} is {old.state}; move it once its flows are confirmed")
         request = replace(old.request, bandwidth=old.request.bandwidth if bandwidth is None else bandwidth,
                           end=old.request.end if end is None else end)
+        if path is not None:
+            request = replace(request, policy=path.policy, include=path.include, exclude=path.exclude,
+                              max_hops=path.max_hops)
         if end is not None and end <= self.clock.now():
             raise InvalidArgument(f"end_time: {format_time(end)} is already past")
         assert old.route is not None
+        route = self.finder.route(request, ignore=old.id) if path is not None else old.route
         if validate_only:
-            self.ledger.check(old.route.direction_ids, request.bandwidth, request.start, request.end, ignore=old.id)
-            return replace(old, request=request, reason="validate_only: checked, nothing was changed")
+            self.ledger.check(route.direction_ids, request.bandwidth, request.start, request.end, ignore=old.id)
+            return replace(old, request=request, route=route, reason="validate_only: checked, nothing was changed")
         changes = []
         if request.bandwidth != old.request.bandwidth:
             changes.append(f"bandwidth {format_bandwidth(old.request.bandwidth)} -> "
                            f"{format_bandwidth(request.bandwidth)}")
         if request.end != old.request.end:
             changes.append(f"end {format_time(old.request.end)} -> {format_time(request.end)}")
+        if _route_key(route) != _route_key(old.route):
+            changes.append(f"path -> {route.primary.describe()}")
         reason = "modified: " + ", ".join(changes) if changes else "modified: nothing changed"
-        new = replace(old, request=request, updated=self.clock.now(), reason=reason)
-        self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end,
-                           also=lambda db: _update(db, new))
-        self._remember(new)
-        self._record(old.state, new)
-        plan = self._plans.get(old.id)
-        if plan is not None and request.bandwidth != old.request.bandwidth:
-            assert new.route is not None
-            replan = plan_for(self.topology, new.id, request.src, request.dst, new.route, request.bandwidth,
-                              self._plan_ids)
-            self._plans[new.id] = replan
-            self._changes.append(Change(new.id, tuple(plan_steps(plan, replan)), confirm=False))
+        if _route_key(route) != _route_key(old.route):
+            new = self._move(old, route, reason, request)
+        else:
+            new = replace(old, request=request, updated=self.clock.now(), reason=reason)
+            self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end,
+                               also=lambda db: _update(db, new))
+            self._remember(new)
+            self._record(old.state, new)
+            plan = self._plans.get(old.id)
+            if plan is not None and request.bandwidth != old.request.bandwidth:
+                replan = plan_for(self.topology, new.id, request.src, request.dst, route, request.bandwidth,
+                                  self._plan_ids)
+                self._plans[new.id] = replan
+                self._queue(new.id, plan_steps(plan, replan), confirm=False)
+        if request.bandwidth < old.request.bandwidth or request.end < old.request.end:
+            self._retry_degraded(f"{old.name} shrank")
         return new
 
     def release(self, principal: Principal, name: str) -> Reservation:
@@ -390,6 +558,7 @@ class ReservationBook:
         self._remember(new)
         self._record(old.state, new)
         self._uninstall(old.id)
+        self._retry_degraded(f"{old.name} released")
         return new
 
     def tick(self) -> None:
@@ -397,6 +566,9 @@ class ReservationBook:
         now = self.clock.now()
         starting = [r for r in self._live.values() if r.state is State.SCHEDULED and r.request.start <= now]
         for old in sorted(starting, key=lambda r: (r.request.start, r.id)):
+            if old.route is not None and self._down_on(old.route) and old.request.end > now:
+                self._reroute(old, "its path crosses a link that is down")
+                old = self._reservations[old.id]
             if old.state is State.SCHEDULED and old.request.start <= now < old.request.end:
                 state, reason = self._started()
                 new = replace(old, state=state, updated=now, reason=reason)
@@ -423,6 +595,7 @@ class ReservationBook:
             self._remember(new)
             self._record(old.state, new)
             self._uninstall(old.id)
+        self._retry_degraded("reservations ended")
 
     def next_deadline(self) -> float:
         """When `tick` next has something to do (math.inf when nothing is pending)."""
@@ -476,17 +649,37 @@ class ReservationBook:
 
     def _resume_provisioning(self) -> None:
         """After a restart: plans of reservations on the switches are known again (their ids
-        taken), and those caught installing are installed again."""
+        taken). Those caught installing or moving are confirmed once reconciliation has made
+        each switch of their plan hold it (`switch_reconciled`)."""
         for reservation in sorted(self._live.values(), key=lambda r: (r.created, r.id)):
             if reservation.state is State.SCHEDULED:
                 continue
-            if reservation.state is State.PROVISIONING:
-                self._install(reservation)
-            else:
-                assert reservation.route is not None
-                q = reservation.request
-                self._plans[reservation.id] = plan_for(self.topology, reservation.id, q.src, q.dst,
-                                                       reservation.route, q.bandwidth, self._plan_ids)
+            assert reservation.route is not None
+            q = reservation.request
+            plan = plan_for(self.topology, reservation.id, q.src, q.dst, reservation.route, q.bandwidth,
+                            self._plan_ids)
+            self._plans[reservation.id] = plan
+            if reservation.state in (State.PROVISIONING, State.MOVING):
+                self._awaiting_reconcile[reservation.id] = set(plan.switches)
+
+    def switch_reconciled(self, switch: str) -> None:
+        """The adapter made `switch` hold exactly `switch_plan(switch)`: reservations caught
+        mid-change by a restart are confirmed once every switch of theirs was."""
+        for reservation_id, waiting in list(self._awaiting_reconcile.items()):
+            waiting.discard(switch)
+            if not waiting:
+                del self._awaiting_reconcile[reservation_id]
+                self.provisioned(reservation_id, None)
+
+
+def _route_links(route: Route) -> set[str]:
+    """Links of the primary and the backup."""
+    return set(route.primary.links) | set(route.backup.links if route.backup else ())
+
+
+def _route_key(route: Route) -> tuple:
+    """What identifies a route on the switches (free bandwidth aside)."""
+    return route.primary.direction_ids, route.backup.direction_ids if route.backup else None
 
 
 def _require_role(principal: Principal, what: str) -> None:

@@ -190,18 +190,32 @@ class ListReservationsResponse(_message.Message):
     def __init__(self, reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ModifyReservationRequest(_message.Message):
-    __slots__ = ("name", "bandwidth_bps", "end_time", "until_released", "validate_only")
+    __slots__ = ("name", "bandwidth_bps", "end_time", "until_released", "validate_only", "path")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     UNTIL_RELEASED_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     name: str
     bandwidth_bps: int
     end_time: _timestamp_pb2.Timestamp
     until_released: bool
     validate_only: bool
-    def __init__(self, name: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until_released: _Optional[bool] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+    path: PathConstraints
+    def __init__(self, name: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until_released: _Optional[bool] = ..., validate_only: _Optional[bool] = ..., path: _Optional[_Union[PathConstraints, _Mapping]] = ...) -> None: ...
+
+class PathConstraints(_message.Message):
+    __slots__ = ("policy", "include", "exclude", "max_hops")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_FIELD_NUMBER: _ClassVar[int]
+    MAX_HOPS_FIELD_NUMBER: _ClassVar[int]
+    policy: PathPolicy
+    include: _containers.RepeatedScalarFieldContainer[str]
+    exclude: _containers.RepeatedScalarFieldContainer[str]
+    max_hops: int
+    def __init__(self, policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ...) -> None: ...
 
 class DeleteReservationRequest(_message.Message):
     __slots__ = ("name",)
