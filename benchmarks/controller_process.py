@@ -44,6 +44,8 @@ class ControllerProcess:
         command = [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", self.topology,
                    "--listen-grpc", "127.0.0.1:0", "--state", str(self.workdir / "tsdn.db"),
                    "--tokens", str(tokens), "--log-level", "WARNING"]
+        if self.openflow is None:
+            command.append("--no-openflow")
         if self.openflow is not None:
             command += ["--listen-openflow", f"{self.openflow[0]}:{self.openflow[1]}",
                         "--emulation-scale", repr(self.scale)]

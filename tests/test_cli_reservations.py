@@ -46,7 +46,7 @@ def running(tmp_path, tokens_file):
     """A `tsdn controller` process with tokens on a free loopback port; yields (address, env)."""
     process = subprocess.Popen(
         [TSDN, "controller", "--topology", "sc16", "--listen-grpc", "127.0.0.1:0", "--state",
-         str(tmp_path / "tsdn.db"), "--tokens", str(tokens_file)],
+         str(tmp_path / "tsdn.db"), "--tokens", str(tokens_file), "--no-openflow"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
     )
     lines: queue.Queue = queue.Queue()
@@ -170,7 +170,7 @@ def test_state_survives_a_controller_restart(tmp_path, tokens_file, running):
     process.wait(10)
     again = subprocess.Popen(
         [TSDN, "controller", "--topology", "sc16", "--listen-grpc", address, "--state", str(tmp_path / "tsdn.db"),
-         "--tokens", str(tokens_file)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+         "--tokens", str(tokens_file), "--no-openflow"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_lines, args=(again.stderr, lines), daemon=True).start()
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `controller`."""
-    parser = commands.add_parser("controller", help="run the controller: gRPC API over the topology and ledger")
+    parser = commands.add_parser("controller", help="run the controller: OpenFlow switches and the gRPC API")
     parser.add_argument("--topology", required=True, help="topology YAML, or a built-in name (sc16, ring8)")
     parser.add_argument("--listen-grpc", default="127.0.0.1:50051", metavar="HOST:PORT",
                         help="northbound gRPC address (default 127.0.0.1:50051; port 0 picks a free one)")
@@ -23,9 +23,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (with --tls-key)")
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--client-ca", metavar="PEM", help="require client certificates signed by this CA")
-    parser.add_argument("--listen-openflow", metavar="HOST:PORT",
-                        help="control OpenFlow 1.3 switches connecting here (e.g. 0.0.0.0:6653); without it "
-                             "reservations are booked in the ledger only")
+    openflow = parser.add_mutually_exclusive_group()
+    openflow.add_argument("--listen-openflow", default="0.0.0.0:6653", metavar="HOST:PORT",
+                          help="control the OpenFlow 1.3 switches connecting here (default 0.0.0.0:6653)")
+    openflow.add_argument("--no-openflow", action="store_true",
+                          help="control no switches: reservations are booked in the ledger only (planning, tests)")
     parser.add_argument("--emulation-scale", type=float, default=1.0, metavar="X",
                         help="Mininet: meters enforce nominal rate x X, matching the emulated links (default 1)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
@@ -43,7 +45,7 @@ def run_controller(args: argparse.Namespace) -> int:
                 if (value := getattr(args, name)) is not None}
     controller = Controller(ControllerConfig(topology=resolve_topology(args.topology),
                                              listen_grpc=args.listen_grpc, state=Path(args.state),
-                                             listen_openflow=args.listen_openflow,
+                                             listen_openflow=None if args.no_openflow else args.listen_openflow,
                                              emulation_scale=args.emulation_scale, **optional))
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
