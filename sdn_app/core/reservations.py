@@ -51,7 +51,7 @@ from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import Path, PathFinder, PathRequest, Route
 from sdn_app.core.plans import FlowPlan, IdAllocator, Step, SwitchPlan, plan_for, plan_steps
 from sdn_app.core.topology import Topology
-from sdn_app.core.units import format_bandwidth, format_time
+from sdn_app.core.units import format_bandwidth, format_time, format_window
 
 LEDGER_ONLY = "booked in the ledger only: no OpenFlow switches are controlled"
 CONFIRMED = "every hop confirmed by barrier replies"
@@ -191,6 +191,7 @@ class ReservationBook:
         self._reservations: dict[str, Reservation] = {}
         self._live: dict[str, Reservation] = {}  # not final: what ticks and deadlines look at
         self._by_request: dict[tuple[str, str], str] = {}
+        self._by_pair: dict[tuple[str, str], set[str]] = {}  # (src, dst) -> live reservations
         self._events: list[Event] = []
         self._random = random.Random(os.urandom(16))  # ids need to be unique, not secret: owners are checked
         self._sequence = 0
@@ -299,6 +300,7 @@ class ReservationBook:
         now = self.clock.now()
         if request.end <= now:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
+        self._check_pair_free(request)
         route = self.finder.route(request)
         state, reason = (State.SCHEDULED, "") if request.start > now else self._started()
         if validate_only:
@@ -318,6 +320,21 @@ class ReservationBook:
             if state is State.PROVISIONING:
                 self._install(reservation)
         return reservation
+
+    def _check_pair_free(self, request: PathRequest) -> None:
+        """With switches, one reservation per ordered DTN pair at a time: the switches tell
+        reservations apart by the pair's addresses, so a second would take over the first's flows.
+        (Bookings alone, without switches, may overlap.)"""
+        if not self.provisioning:
+            return
+        for other_id in self._by_pair.get((request.src, request.dst), ()):
+            other = self._live[other_id]
+            if other.request.start < request.end and request.start < other.request.end:
+                raise FailedPrecondition(
+                    f"{request.src} -> {request.dst} already has {other.name} "
+                    f"{format_window(other.request.start, other.request.end)}; one reservation per DTN pair at a "
+                    "time: modify its bandwidth or end instead, or ask for a window after it"
+                )
 
     def _started(self) -> tuple[State, str]:
         """State and reason of a reservation whose window has just started."""
@@ -616,10 +633,17 @@ class ReservationBook:
 
     def _remember(self, reservation: Reservation) -> None:
         self._reservations[reservation.id] = reservation
+        pair = (reservation.request.src, reservation.request.dst)
         if reservation.state.is_final:
             self._live.pop(reservation.id, None)
+            same = self._by_pair.get(pair)
+            if same is not None:
+                same.discard(reservation.id)
+                if not same:
+                    del self._by_pair[pair]
         else:
             self._live[reservation.id] = reservation
+            self._by_pair.setdefault(pair, set()).add(reservation.id)
         if reservation.request_id:
             self._by_request[(reservation.owner, reservation.request_id)] = reservation.id
 
