@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from sdn_app.core.clock import FakeClock
+from sdn_app.core.errors import FailedPrecondition
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.plans import StepKind
@@ -134,3 +135,14 @@ def test_after_a_restart_installing_ones_wait_for_reconciliation_and_active_ones
     again.release(RUCIO, active.name)
     apply(env.tables, again.take_changes())  # the restarted book knows the plan it must remove
     assert delivered(env.tables, "dtn1", "dtn3")[0] is None
+
+
+def test_one_reservation_per_ordered_pair_at_a_time_with_switches(env):
+    first = env.book.create(RUCIO, request(env.clock, duration=600))
+    with pytest.raises(FailedPrecondition, match=f"already has {first.name}.*modify its bandwidth"):
+        env.book.create(RUCIO, request(env.clock, start=300, duration=600))
+    env.book.create(RUCIO, request(env.clock, "dtn3", "dtn1"))  # the other direction is another pair
+    later = env.book.create(RUCIO, request(env.clock, start=600, duration=600))  # after it: fine
+    assert later.state is State.SCHEDULED
+    env.book.release(RUCIO, first.name)
+    assert env.book.create(RUCIO, request(env.clock, start=100, duration=400)).state is State.SCHEDULED
