@@ -29,6 +29,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     setup.add_argument("--clients", type=int, default=16, help="client threads of the batch phase (default 16)")
     setup.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
     setup.set_defaults(run=run_setup)
+    reroute = sub.add_parser("reroute", help="link down to every affected reservation confirmed on its new path, and "
+                                             "the fast-failover gap, on sc16 in Mininet (needs root, Mininet, OVS)")
+    reroute.add_argument("--quick", action="store_true", help="fewer rounds; finishes in under 2 min")
+    reroute.set_defaults(run=run_reroute)
 
 
 def run_paths(args: argparse.Namespace) -> int:
@@ -50,3 +54,10 @@ def run_setup(args: argparse.Namespace) -> int:
     from benchmarks.setup import main
 
     return main(quick=args.quick, sequential=args.sequential, batch=args.batch, clients=args.clients, seed=args.seed)
+
+
+def run_reroute(args: argparse.Namespace) -> int:
+    """`tsdn bench reroute [--quick]`."""
+    from benchmarks.reroute import main
+
+    return main(quick=args.quick)
