@@ -176,6 +176,10 @@ class TsdnClient:
         """The controller's topology with bandwidth booked now."""
         return self._call(self._topology.GetTopology, topo_pb.GetTopologyRequest())
 
+    def get_topology_status(self) -> topo_pb.TopologyStatus:
+        """The real network against the topology: switch connections, link states, wiring mismatches."""
+        return self._call(self._topology.GetTopologyStatus, topo_pb.GetTopologyStatusRequest())
+
 
 def _name(name: str) -> str:
     return name if name.startswith("reservations/") else f"reservations/{name}"

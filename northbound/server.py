@@ -113,7 +113,8 @@ class Controller:
                                   options=[("grpc.so_reuseport", 0)])
         bandwidth_pb2_grpc.add_BandwidthServiceServicer_to_server(BandwidthServicer(self.worker, self.auth),
                                                                   self.server)
-        topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(self.worker, self.auth), self.server)
+        topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(self.worker, self.auth, self.fabric),
+                                                                self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -137,8 +138,11 @@ class Controller:
         return f"{self.config.listen_grpc.rsplit(':', 1)[0]}:{self.port}"
 
     def start(self) -> None:
-        """Start the core worker and serve."""
+        """Start the core worker and serve; links the switches report down or up move reservations."""
         self.worker.start()
+        if self.fabric is not None:
+            book, worker = self.book, self.worker
+            self.fabric.link_listener = lambda link, up, reason: worker.submit(book.set_link_state, link, up, reason)
         self.server.start()
         for service in ("", *SERVICES):
             self.health.set(service, health_pb2.HealthCheckResponse.SERVING)

@@ -167,11 +167,60 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
 
 
 class TopologyServicer(_Base, topo_grpc.TopologyServiceServicer):
-    """tsdn.v1.TopologyService."""
+    """tsdn.v1.TopologyService; `fabric` (None: no switches controlled) answers for link state."""
+
+    def __init__(self, worker: CoreWorker, auth: Authenticator, fabric: Any = None):
+        super().__init__(worker, auth)
+        self.fabric = fabric
 
     @rpc
     def GetTopology(self, request: topo_pb.GetTopologyRequest, context, principal: Principal):
         return self.worker.call(lambda: convert.topology_out(self.book))
+
+    @rpc
+    def GetTopologyStatus(self, request: topo_pb.GetTopologyStatusRequest, context, principal: Principal):
+        # The snapshot is taken here, so that the core thread never waits on the OpenFlow side's lock.
+        snapshot = self.fabric.link_status() if self.fabric is not None else None
+        return self.worker.call(lambda: self._status_out(snapshot))
+
+    def _status_out(self, snapshot: Any) -> topo_pb.TopologyStatus:
+        """The status message of a `links.NetworkStatus` (None: no switch controlled); on the core's thread."""
+        topology = self.book.topology
+        wall = self.book.clock.now()
+        message = topo_pb.TopologyStatus(topology=topology.name, controlled=snapshot is not None,
+                                         time=convert.timestamp_out(wall))
+        if snapshot is None:
+            message.note = ("this controller controls no switches (started with --no-openflow: ledger only); "
+                            "switches and links are not watched")
+            for s in topology.spec.switches:
+                message.switches.append(topo_pb.SwitchStatus(name=s.name, dpid=s.dpid))
+            for link in topology.spec.links:
+                message.links.append(topo_pb.LinkStatus(
+                    name=link.label, a=f"{link.a}:{link.a_port}", b=f"{link.b}:{link.b_port}",
+                    state=topo_pb.LinkStatus.UNKNOWN, reason="not watched: no switch is controlled"))
+            return message
+
+        def wall_time(t: float):  # the snapshot's clock (monotonic) as a timestamp
+            return convert.timestamp_out(wall - max(0.0, snapshot.now - t))
+
+        for s in snapshot.switches:
+            entry = topo_pb.SwitchStatus(name=s.name, dpid=s.dpid, connected=s.connected)
+            if s.connected and s.since is not None:
+                entry.connected_since.CopyFrom(wall_time(s.since))
+            message.switches.append(entry)
+        for link in snapshot.links:
+            entry = topo_pb.LinkStatus(name=link.name, a=link.a, b=link.b, reason=link.reason,
+                                       state=topo_pb.LinkStatus.State.Value(link.state.value))
+            if link.lldp_age_ab is not None:
+                entry.lldp_age_a_to_b_s = link.lldp_age_ab
+            if link.lldp_age_ba is not None:
+                entry.lldp_age_b_to_a_s = link.lldp_age_ba
+            message.links.append(entry)
+        for m in snapshot.mismatches:
+            message.mismatches.append(topo_pb.WiringMismatch(
+                at=m.at, expected=m.expected, observed=m.observed, message=m.message,
+                first_seen=wall_time(m.first_seen), last_seen=wall_time(m.last_seen)))
+        return message
 
 
 def _fingerprint(request: pb.CreateReservationRequest) -> str:

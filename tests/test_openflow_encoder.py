@@ -8,6 +8,7 @@ with no switch refusing steps before sending anything.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import pytest
@@ -21,6 +22,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from sdn_app.core.paths import PathFinder, PathRequest, Unbooked
 from sdn_app.core.plans import (
     COOKIE_TAG,
+    FORWARD,
     IN_PORT,
     MIN_BURST_BITS,
     PRIORITY,
@@ -317,3 +319,130 @@ def test_a_fabric_without_switches_refuses_steps_and_frees_its_port_on_stop(ring
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=5)
     assert fabric.apply([]) == "the OpenFlow fabric is not running"
+
+
+# --- reading back: encode, then decode what a switch would report ------------------------------
+
+
+def reported_flow(msg):
+    """The OFPFlowStats a switch reports for the entry a flow-mod made (the mod itself parsed off the wire)."""
+    from os_ken.ofproto import ofproto_parser
+
+    serialized(msg)
+    parsed = ofproto_parser.msg(DP, ofp.OFP_VERSION, ofp.OFPT_FLOW_MOD, len(msg.buf), 7, bytes(msg.buf))
+    return parser.OFPFlowStats(table_id=parsed.table_id, priority=parsed.priority, cookie=parsed.cookie,
+                               match=parsed.match, instructions=parsed.instructions)
+
+
+def reported_meter(msg):
+    """The OFPMeterConfigStats a switch reports for a meter-mod (its bands parsed off the wire)."""
+    serialized(msg)
+    bands, offset = [], ofp.OFP_METER_MOD_SIZE
+    while offset < len(msg.buf):
+        band = parser.OFPMeterBandHeader.parser(bytes(msg.buf), offset)
+        bands.append(band)
+        offset += band.len
+    return parser.OFPMeterConfigStats(flags=msg.flags, meter_id=msg.meter_id, bands=bands)
+
+
+def reported_group(msg):
+    """The OFPGroupDescStats a switch reports for a group-mod (its buckets parsed off the wire)."""
+    serialized(msg)
+    buckets, offset = [], ofp.OFP_GROUP_MOD_SIZE
+    while offset < len(msg.buf):
+        bucket = parser.OFPBucket.parser(bytes(msg.buf), offset)
+        buckets.append(bucket)
+        offset += bucket.len
+    return parser.OFPGroupDescStats(type_=msg.type, group_id=msg.group_id, buckets=buckets)
+
+
+@pytest.mark.parametrize("protect", [False, True], ids=["plain", "protected"])
+def test_every_flow_and_group_of_a_plan_decodes_back_to_its_spec(ring8, protect):
+    plan = make_plan(ring8, "dtn1", "dtn3", protect=protect)
+    assert any(f.match.eth_type == encoder.ETH_TYPE_ARP for f in plan.flows)
+    for flow in plan.flows:
+        dp = StandInDatapath()
+        dp.id = flow.dpid
+        assert encoder.flow_from_stats(dp, reported_flow(encoder.add_flow(dp, flow)), flow.switch) == flow
+    assert any(g.buckets[1][1] == IN_PORT for g in plan.groups) == protect
+    for group in plan.groups:
+        dp = StandInDatapath()
+        dp.id = group.dpid
+        assert encoder.group_from_stats(dp, reported_group(encoder.add_group(dp, group)), group.switch) == group
+
+
+@pytest.mark.parametrize("scale", [1.0, SCALE, 0.0002])
+def test_meters_decode_back_to_their_spec_through_the_scale(ring8, scale):
+    plan = make_plan(ring8, "dtn1", "dtn3", bandwidth=25 * G // 10)
+    for meter in plan.meters:
+        dp = StandInDatapath()
+        dp.id = meter.dpid
+        decoded = encoder.meter_from_stats(dp, reported_meter(encoder.add_meter(dp, meter, scale)), meter.switch,
+                                           scale)
+        # A switch does not know which direction a meter serves: that comes from the plan.
+        assert decoded == dataclasses.replace(encoder.held_meter(meter, scale), direction=FORWARD)
+        assert encoder.held_meter(decoded, scale) == decoded  # what a switch reports is stable
+    # Rates that are whole kbit/s at the scale, with a burst above the floor, come back exactly.
+    exact = MeterSpec(switch="s1", dpid=DP.id, meter_id=9, rate_bps=100 * G, burst_bits=1000 * G)
+    assert encoder.meter_from_stats(DP, reported_meter(encoder.add_meter(DP, exact, SCALE)), "s1", SCALE) == exact
+    # The burst floor (not scaled): a small meter comes back with the floor's burst.
+    small = MeterSpec(switch="s1", dpid=DP.id, meter_id=9, rate_bps=10**9, burst_bits=MIN_BURST_BITS)
+    held = encoder.held_meter(small, SCALE)
+    assert held.rate_bps == small.rate_bps and held.burst_bits == round(encoder.MIN_BURST_KBITS * 1000 / SCALE)
+
+
+def test_entries_tsdn_never_installs_decode_to_specs_no_plan_holds(ring8):
+    flow = ingress(make_plan(ring8, "dtn1", "dtn3"))
+    stats = reported_flow(encoder.add_flow(DP, flow))
+    stats.instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [])]  # a drop
+    dropped = encoder.flow_from_stats(DP, stats, "s1")
+    assert (dropped.key, dropped.output, dropped.meter_id) == (flow.key, encoder.NO_OUTPUT, None)
+    stats.instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [
+        parser.OFPActionOutput(1, 0), parser.OFPActionOutput(2, 0)])]
+    assert encoder.flow_from_stats(DP, stats, "s1").output == encoder.NO_OUTPUT
+
+    for fields, complaint in (({"eth_type": 0x0800, "ip_proto": 6, "tcp_dst": 22}, "ip_proto, tcp_dst"),
+                              ({"eth_type": 0x0800, "ipv4_src": ("10.0.0.0", "255.0.0.0")}, "under a mask"),
+                              ({"in_port": 1}, "no eth_type")):
+        odd = parser.OFPFlowStats(table_id=0, priority=5, cookie=COOKIE_TAG | 5, match=parser.OFPMatch(**fields),
+                                  instructions=[])
+        with pytest.raises(ValueError, match=complaint):
+            encoder.flow_from_stats(DP, odd, "s1")
+        delete = serialized(encoder.delete_flow_as_held(DP, odd))
+        assert (delete.command, delete.cookie, delete.cookie_mask, delete.priority) == (
+            ofp.OFPFC_DELETE_STRICT, COOKIE_TAG | 5, encoder.ALL_ONES_COOKIE, 5)
+        assert delete.match is odd.match
+
+    pktps = parser.OFPMeterConfigStats(flags=ofp.OFPMF_PKTPS, meter_id=3,
+                                       bands=[parser.OFPMeterBandDrop(rate=10, burst_size=0)])
+    assert (encoder.meter_from_stats(DP, pktps, "s1").rate_bps, encoder.meter_from_stats(DP, pktps, "s1").burst_bits) \
+        == (0, 0)
+    select = parser.OFPGroupDescStats(type_=ofp.OFPGT_SELECT, group_id=4, buckets=[
+        parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY, actions=[])])
+    assert encoder.group_from_stats(DP, select, "s1") == GroupSpec(
+        switch="s1", dpid=DP.id, group_id=4, type="select", buckets=((ofp.OFPP_ANY, encoder.NO_OUTPUT),))
+
+
+def test_the_read_requests_ask_for_tsdn_flows_every_meter_and_every_group():
+    flows = serialized(encoder.flow_stats_request(DP))
+    assert (flows.cookie, flows.cookie_mask, flows.table_id) == (COOKIE_TAG, 0xFFFF << 48, ofp.OFPTT_ALL)
+    assert serialized(encoder.meter_config_request(DP)).meter_id == ofp.OFPM_ALL
+    assert isinstance(serialized(encoder.group_desc_request(DP)), parser.OFPGroupDescStatsRequest)
+
+
+@pytest.mark.parametrize("protect", [False, True], ids=["plain", "protected"])
+def test_matches_serialize_as_os_ken_keyword_matches_do(ring8, protect):
+    """`encoder.match` builds the fields in OXM order itself (fast); the bytes are os-ken's own."""
+    for flow in make_plan(ring8, "dtn1", "dtn3", protect=protect).flows:
+        m = flow.match
+        names = ("arp_spa", "arp_tpa") if m.eth_type == encoder.ETH_TYPE_ARP else ("ipv4_src", "ipv4_dst")
+        keywords = {"in_port": m.in_port, "eth_type": m.eth_type, names[0]: m.ipv4_src, names[1]: m.ipv4_dst}
+        ours, theirs = bytearray(), bytearray()
+        encoder.match(DP, flow).serialize(ours, 0)
+        parser.OFPMatch(**{k: v for k, v in keywords.items() if v is not None}).serialize(theirs, 0)
+        assert ours == theirs, flow.describe()
+    wildcard = FlowSpec(switch="s1", dpid=1, priority=5, cookie=COOKIE_TAG, match=Match(), output=1)
+    ours, theirs = bytearray(), bytearray()
+    encoder.match(DP, wildcard).serialize(ours, 0)
+    parser.OFPMatch(eth_type=0x0800).serialize(theirs, 0)
+    assert ours == theirs

@@ -1,4 +1,4 @@
-"""`tsdn topo ...`: validate, show and import topology files."""
+"""`tsdn topo ...`: validate, show and import topology files; a controller's link status."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from sdn_app.cli.output import print_json, table
+from sdn_app.cli.reservations import _client_options
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.topology import Topology
 from sdn_app.core.topology_schema import dump_topology_spec
@@ -18,7 +19,7 @@ from topologies import resolve_topology
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `topo` and its subcommands."""
-    parser = commands.add_parser("topo", help="topology files: validate, show, import")
+    parser = commands.add_parser("topo", help="topology files: validate, show, import; a controller's link status")
     sub = parser.add_subparsers(dest="topo_command", metavar="SUBCOMMAND", required=True)
 
     validate = sub.add_parser("validate", help="check a topology file; exit 2 with every problem if invalid")
@@ -38,6 +39,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     imp.add_argument("--name", help="topology name (default: the file's network name)")
     imp.add_argument("-o", "--output", help="where to write the YAML (default: standard output)")
     imp.set_defaults(run=run_import)
+
+    status = sub.add_parser("status", help="on a running controller: switches connected, link states (port "
+                                           "status and LLDP), wiring that differs from the topology")
+    _client_options(status, run_status)
 
 
 def load(ref: str) -> Topology:
@@ -125,3 +130,39 @@ def _write_atomically(target: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def run_status(args: argparse.Namespace, client) -> int:
+    """`tsdn topo status [--json]`: one line per link, then wiring mismatches and absent switches."""
+    from google.protobuf.json_format import MessageToDict
+
+    from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
+
+    status = client.get_topology_status()
+    if args.json:
+        print_json(MessageToDict(status, preserving_proto_field_name=True))
+        return 0
+    connected = [s for s in status.switches if s.connected]
+    if not status.controlled:
+        print(f"topology {status.topology}: {status.note}")
+        return 0
+    print(f"topology {status.topology}: {len(connected)} of {len(status.switches)} switches connected")
+    print()
+
+    def age(link, field: str) -> str:
+        return f"{getattr(link, field):.1f}s" if link.HasField(field) else "never"
+
+    print(table(["LINK", "STATE", "A", "B", "LLDP A>B", "LLDP B>A", "REASON"],
+                [(link.name, topo_pb.LinkStatus.State.Name(link.state), link.a, link.b,
+                  age(link, "lldp_age_a_to_b_s"), age(link, "lldp_age_b_to_a_s"), link.reason)
+                 for link in status.links]))
+    if status.mismatches:
+        print()
+        print("wiring mismatches:")
+        for m in status.mismatches:
+            print(f"  {m.message}")
+    absent = [s.name for s in status.switches if not s.connected]
+    if absent:
+        print()
+        print(f"switches not connected: {', '.join(absent)}")
+    return 0

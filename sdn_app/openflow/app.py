@@ -11,7 +11,17 @@ nothing about reservations; its handlers unpack an event and hand over:
   DEAD_DISPATCHER it is gone, and whoever waits on it is told;
 - packet-in: ARP requests are answered for DTN addresses of the topology (`arp_answer`), with
   a packet-out on the port the request came in on; never flooded, everything else ignored;
-- barrier replies and error messages go to the waiters registered for their (dpid, xid).
+- barrier replies and error messages go to the waiters registered for their (dpid, xid);
+  the flow, meter-config and group-desc multipart replies (and errors) to `request`, which
+  gathers every part until the last; `on_connected(dpid)` is told of each connect
+  (reconciliation);
+- link verification: the switch-features handler also installs LLDP to the controller; port
+  descriptions (os-ken's handshake requests them), port status, switch connects and
+  disconnects and LLDP packet-ins go to one `LinkMonitor` (sdn_app.core.links), the one owner
+  of link observations; a sender thread packet-outs LLDP on every monitored port of every
+  connected switch each `LLDP_INTERVAL` (and at once when a port comes up or a switch
+  connects) and ticks the monitor. Each link change is logged (WARNING down, INFO up) and
+  handed to `link_hook`, each wiring mismatch logged at WARNING.
 
 Threads: os-ken runs these handlers on the app's event thread; `Fabric.apply` runs on the
 caller's. Shared state (datapaths, waiters, xids) is guarded by one lock.
@@ -22,19 +32,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.lib import hub
 from os_ken.lib.packet import arp, ethernet, packet
 from os_ken.ofproto import ofproto_v1_3
 
+from sdn_app.core.links import Event, LinkChange, LinkMonitor, NetworkStatus
 from sdn_app.core.topology import Topology
 from sdn_app.openflow import encoder
 
 LOG = logging.getLogger("tsdn.openflow")
+LLDP_INTERVAL = 1.0  # seconds between LLDP frames on each monitored port
+SILENCE_TIMEOUT = 3.5  # seconds without LLDP on a link heard before: the link is down
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,17 @@ class Waiter:
         return not self.barriers or bool(self.errors) or bool(self.gone)
 
 
+class Replies:
+    """The parts of the multipart reply to one request, until the last (no OFPMPF_REPLY_MORE)."""
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self.cond = threading.Condition(lock)  # the app's lock
+        self.body: list = []
+        self.complete = False
+        self.error: tuple[int, int] | None = None  # (type, code) of the switch's error
+        self.gone = False
+
+
 class TsdnOpenFlowApp(app_manager.OSKenApp):
     """Base flows, ARP answers, datapath tracking and barrier/error routing for the fabric."""
 
@@ -99,6 +126,22 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         self.changed = threading.Condition(self.lock)
         # (dpid, xid) -> waiter, for every message of an apply batch and its barriers
         self._waiting: dict[tuple[int, int], Waiter] = {}
+        self._replies: dict[tuple[int, int], Replies] = {}  # (dpid, xid) of a multipart request -> its reply
+        self.on_connected: Callable[[int], None] | None = None  # dpid; called on the event thread, must not block
+        self.links = LinkMonitor(topology, LLDP_INTERVAL, SILENCE_TIMEOUT)  # guarded by the lock
+        self.link_hook: Callable[[LinkChange], None] | None = None  # called under the lock; must not block
+        self._port_desc: dict[int, dict[int, bool]] = {}  # dpid -> ports of a multipart reply being gathered
+        self._lldp_stop = threading.Event()
+
+    def start(self):
+        """Start the event loop and the LLDP sender."""
+        super().start()
+        self.threads.append(hub.spawn(self._lldp_loop))
+
+    def stop(self) -> None:
+        """Stop the LLDP sender and the event loop."""
+        self._lldp_stop.set()
+        super().stop()
 
     # -- sending (one lock: datapath xids are not thread-safe in os-ken) -------------------
 
@@ -121,6 +164,55 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
                     waiter.barriers.discard((dp.id, xid))
                 raise ConnectionError(f"datapath {dp.id:#x} is closing")
             return xid
+
+    def send_many(self, dp, msgs: list, waiter: Waiter | None = None) -> list[int]:
+        """Send `msgs` to `dp` in order, written as one buffer, each with a fresh xid whose errors
+        go to `waiter`; return their xids. Raises ConnectionError when the datapath is closing."""
+        with self.lock:
+            xids = [dp.set_xid(msg) for msg in msgs]
+        for msg in msgs:  # serialized outside the lock: event handlers need it meanwhile
+            msg.serialize()
+        buf = b"".join(msg.buf for msg in msgs)
+        with self.lock:
+            if waiter is not None:
+                for xid in xids:
+                    self._waiting[(dp.id, xid)] = waiter
+            if not dp.send(buf):
+                for xid in xids:
+                    self._waiting.pop((dp.id, xid), None)
+                raise ConnectionError(f"datapath {dp.id:#x} is closing")
+        return xids
+
+    def request(self, dp, msg, timeout: float) -> list:
+        """Send multipart request `msg` to `dp`; return the body entries of every part of its reply.
+
+        Raises ConnectionError when the switch is or gets disconnected, TimeoutError when the
+        last part has not come within `timeout` seconds, RuntimeError when the switch answers
+        with an error.
+        """
+        replies = Replies(self.lock)
+        with self.lock:
+            xid = dp.set_xid(msg)
+            key = (dp.id, xid)
+            self._replies[key] = replies
+            try:
+                if not dp.send_msg(msg):
+                    raise ConnectionError(f"switch {self.switch_name(dp.id)} (dpid {dp.id:#x}) is closing")
+                deadline = time.monotonic() + timeout
+                while not (replies.complete or replies.error or replies.gone):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"no complete reply from {self.switch_name(dp.id)} to "
+                                           f"{type(msg).__name__} within {timeout:g}s")
+                    replies.cond.wait(left)
+            finally:
+                self._replies.pop(key, None)
+        if replies.error is not None:
+            raise RuntimeError(f"switch {self.switch_name(dp.id)} refused {type(msg).__name__}: "
+                               f"{encoder.describe_error(dp.ofproto, *replies.error)}")
+        if replies.gone:
+            raise ConnectionError(f"switch {self.switch_name(dp.id)} (dpid {dp.id:#x}) disconnected")
+        return replies.body
 
     def forget(self, waiter: Waiter) -> None:
         """Drop every (dpid, xid) routed to `waiter`."""
@@ -150,6 +242,7 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
             LOG.warning("switch with dpid %#x is not in topology %s; default deny only", dp.id, self.topology.name)
         self.send(dp, encoder.table_miss_drop(dp))
         self.send(dp, encoder.arp_to_controller(dp))
+        self.send(dp, encoder.lldp_to_controller(dp))
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def state_change(self, ev) -> None:
@@ -160,16 +253,30 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
             if ev.state == MAIN_DISPATCHER:
                 self.datapaths[dp.id] = dp
                 LOG.info("switch %s (dpid %#x) connected from %s", self.switch_name(dp.id), dp.id, dp.address)
+                self._link_events(self.links.switch_connected(dp.id, time.monotonic()))
+                self._send_lldp(dp, [port for dpid, port in self.links.lldp_targets() if dpid == dp.id])
             elif ev.state == DEAD_DISPATCHER and self.datapaths.get(dp.id) is dp:
                 del self.datapaths[dp.id]
                 LOG.info("switch %s (dpid %#x) disconnected", self.switch_name(dp.id), dp.id)
+                self._port_desc.pop(dp.id, None)
+                self._link_events(self.links.switch_disconnected(dp.id, time.monotonic()))
                 for (dpid, _), waiter in list(self._waiting.items()):
                     if dpid == dp.id:
                         waiter.gone.add(dpid)
                         waiter.cond.notify_all()
+                for (dpid, _), replies in list(self._replies.items()):
+                    if dpid == dp.id:
+                        replies.gone = True
+                        replies.cond.notify_all()
             else:
                 return
             self.changed.notify_all()
+        hook = self.on_connected
+        if ev.state == MAIN_DISPATCHER and hook is not None:
+            try:
+                hook(dp.id)
+            except Exception:
+                LOG.exception("the switch-connected listener failed for %s", self.switch_name(dp.id))
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply(self, ev) -> None:
@@ -190,8 +297,26 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
                 waiter.errors.append((dpid, msg.xid, msg.type, msg.code))
                 waiter.cond.notify_all()
                 return
+            replies = self._replies.get((dpid, msg.xid))
+            if replies is not None:
+                replies.error = (msg.type, msg.code)
+                replies.cond.notify_all()
+                return
         LOG.warning("switch %s: unsolicited error %s (xid %s)", self.switch_name(dpid),
                     encoder.describe_error(msg.datapath.ofproto, msg.type, msg.code), msg.xid)
+
+    @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPMeterConfigStatsReply,
+                 ofp_event.EventOFPGroupDescStatsReply], MAIN_DISPATCHER)
+    def multipart_reply(self, ev) -> None:
+        msg = ev.msg
+        with self.lock:
+            replies = self._replies.get((msg.datapath.id, msg.xid))
+            if replies is None:
+                return
+            replies.body.extend(msg.body)
+            if not msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE:
+                replies.complete = True
+            replies.cond.notify_all()
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def packet_in(self, ev) -> None:
@@ -202,6 +327,9 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         except Exception:  # a malformed frame is not ours to answer
             return
         eth = pkt.get_protocol(ethernet.ethernet)
+        if eth is not None and eth.ethertype == encoder.ETH_TYPE_LLDP:
+            self._lldp_in(dp, msg)
+            return
         req = pkt.get_protocol(arp.arp)
         if eth is None or req is None:
             return
@@ -214,3 +342,102 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         with contextlib.suppress(ConnectionError):
             self.send(dp, encoder.arp_reply(dp, in_port, asker_mac=answer.asker_mac, asker_ip=answer.asker_ip,
                                             target_mac=answer.target_mac, target_ip=answer.target_ip))
+
+    # -- link verification ------------------------------------------------------------------
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def port_desc_reply(self, ev) -> None:
+        """A switch's port descriptions (asked for by os-ken's handshake): every port's state."""
+        msg = ev.msg
+        dp = msg.datapath
+        ofp = dp.ofproto
+        with self.lock:
+            gathered = self._port_desc.setdefault(dp.id, {})
+            for port in msg.body:
+                if port.port_no <= ofp.OFPP_MAX:
+                    gathered[port.port_no] = encoder.port_is_up(ofp, port)
+            if msg.flags & ofp.OFPMPF_REPLY_MORE:
+                return
+            del self._port_desc[dp.id]
+            self._link_events(self.links.ports_described(dp.id, gathered, time.monotonic()))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def port_status(self, ev) -> None:
+        """A port went up, down, or away; a monitored port coming up gets LLDP at once."""
+        msg = ev.msg
+        dp = msg.datapath
+        ofp = dp.ofproto
+        port = msg.desc.port_no
+        removed = msg.reason == ofp.OFPPR_DELETE
+        up = not removed and encoder.port_is_up(ofp, msg.desc)
+        with self.lock:
+            self._link_events(self.links.port_state(dp.id, port, up, time.monotonic(), removed=removed))
+            if up and self.datapaths.get(dp.id) is dp and (dp.id, port) in self.links.lldp_targets():
+                self._send_lldp(dp, [port])
+
+    def _lldp_in(self, dp, msg) -> None:
+        """An LLDP frame came in on `dp`: ours tells the monitor which link it crossed."""
+        origin = encoder.lldp_origin(msg.data)
+        in_port = msg.match.get("in_port")
+        if origin is None or in_port is None:
+            LOG.debug("switch %s: ignored an LLDP frame that tsdn did not send (in_port %s)",
+                      self.switch_name(dp.id), in_port)
+            return
+        with self.lock:
+            self._link_events(self.links.lldp_seen(origin[0], origin[1], dp.id, in_port, time.monotonic()))
+
+    def _send_lldp(self, dp, ports: Iterable[int]) -> None:
+        """Send tsdn's LLDP frame out of each of `ports` of `dp` and tell the monitor."""
+        with self.lock:
+            for port in ports:
+                known = getattr(dp, "ports", None) or {}
+                mac = known[port].hw_addr if port in known else _port_mac(dp.id, port)
+                try:
+                    self.send(dp, encoder.lldp_packet_out(dp, port, mac))
+                except ConnectionError:
+                    return
+                self.links.lldp_sent(dp.id, port, time.monotonic())
+
+    def lldp_round(self) -> None:
+        """Send LLDP on every monitored port of every connected switch, then tick the monitor."""
+        with self.lock:
+            for dpid, port in self.links.lldp_targets():
+                dp = self.datapaths.get(dpid)
+                if dp is not None:
+                    self._send_lldp(dp, [port])
+            self._link_events(self.links.tick(time.monotonic()))
+
+    def _lldp_loop(self) -> None:
+        while not self._lldp_stop.wait(LLDP_INTERVAL):
+            try:
+                self.lldp_round()
+            except Exception:  # one bad round must not end link verification
+                LOG.exception("LLDP round failed")
+
+    def _link_events(self, events: list[Event]) -> None:
+        """Log each event; hand each link change to `link_hook` (called under the lock)."""
+        for event in events:
+            if isinstance(event, LinkChange):
+                if event.up:
+                    LOG.info("link %s up: %s", event.link, event.reason)
+                else:
+                    LOG.warning("link %s down: %s", event.link, event.reason)
+                hook = self.link_hook
+                if hook is not None:
+                    try:
+                        hook(event)
+                    except Exception:
+                        LOG.exception("the link listener failed on %s", event)
+            else:
+                LOG.warning("%s", event.message)
+
+    def link_status(self) -> NetworkStatus:
+        """A snapshot of switches, links and wiring mismatches now (`LinkMonitor.status`)."""
+        with self.lock:
+            return self.links.status(time.monotonic())
+
+
+def _port_mac(dpid: int, port: int) -> str:
+    """A locally administered source MAC for LLDP out of a port whose address is not known."""
+    octets = [0x02, (dpid >> 16) & 0xFF, (dpid >> 8) & 0xFF, dpid & 0xFF, (port >> 8) & 0xFF, port & 0xFF]
+    return ":".join(f"{o:02x}" for o in octets)

@@ -19,6 +19,20 @@ and at each BARRIER sends an OFPBarrierRequest to those switches and waits for e
 reason a person can act on: `switch s3 (dpid 0x3) not connected`, `switch s3 refused a
 flow: OFPET_BAD_ACTION/OFPBAC_BAD_OUT_GROUP (...)`, `no barrier reply from s3 within 5s`.
 After a failure the steps before it stay applied (the caller decides what to undo).
+`Fabric.apply_many(changes)` applies independent changes together, phase by phase, one
+barrier round per phase for all of them (1,000 installs cost a handful of round trips, not
+thousands); each change gets the result `apply` would give it alone.
+
+Reconciliation: `fabric.on_switch_connected = hook` has `hook(switch_name)` called each
+time a switch of the topology connects (on an os-ken thread: it must not block).
+`fabric.reconcile(switch, expected)` reads the switch's tsdn flows, meters and groups
+(multipart requests, every part gathered) and applies `core.reconcile`'s steps, so the
+switch holds exactly `expected`; the caller must serialize it with its `apply`s.
+
+Link state: `fabric.link_listener = listener` has `listener(link, up, reason)` called for
+every link going down or coming up (on an os-ken thread: it must not block); links already
+down when it is set are reported to it at once. `fabric.link_status()` is a thread-safe
+snapshot of switches, links and wiring mismatches (`sdn_app.core.links.NetworkStatus`).
 """
 
 from __future__ import annotations
@@ -28,7 +42,9 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
 
 from os_ken import cfg
 from os_ken.base import app_manager
@@ -37,7 +53,9 @@ from os_ken.controller.handler import DEAD_DISPATCHER
 from os_ken.controller.ofp_handler import OFPHandler
 from os_ken.lib import hub
 
-from sdn_app.core.plans import FlowSpec, GroupSpec, MeterSpec, Step, StepKind
+from sdn_app.core.links import LinkChange, NetworkStatus
+from sdn_app.core.plans import FlowSpec, GroupSpec, MeterSpec, Step, StepKind, SwitchPlan, is_tsdn_cookie
+from sdn_app.core.reconcile import Reconciliation, reconcile
 from sdn_app.core.topology import Topology
 from sdn_app.openflow import encoder
 from sdn_app.openflow.app import TsdnOpenFlowApp, Waiter
@@ -47,9 +65,14 @@ LOG = logging.getLogger("tsdn.openflow")
 APP_MODULE = "sdn_app.openflow.app"
 OFP_HANDLER_MODULE = "os_ken.controller.ofp_handler"
 START_TIMEOUT = 10.0
+LinkListener = Callable[[str, bool, str], None]  # (link name, up, reason)
 
 _running_lock = threading.Lock()
 _running: Fabric | None = None
+
+
+class ReconcileFailed(RuntimeError):
+    """A switch could not be reconciled; the message names it and says why."""
 
 
 class _Datapath(os_ken_controller.Datapath):
@@ -122,6 +145,45 @@ class _OFPHandler(OFPHandler):
         return hub.spawn(self.controller)
 
 
+@dataclass(frozen=True)
+class _Phase:
+    """Steps a switch may apply in any order, and the switches whose barrier closes them."""
+
+    steps: list[Step]
+    switches: dict[int, str]  # dpid -> name
+
+
+@dataclass
+class _Run:
+    """One change of an `apply_many` batch: its phases, the next to send, why it stopped."""
+
+    index: int
+    phases: list[_Phase]
+    next: int = 0
+    reason: str | None = None
+
+    def fail(self, reason: str) -> None:
+        if self.reason is None:  # the first failure is the one to report
+            self.reason = reason
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What reconciling one switch found and did."""
+
+    switch: str
+    held: SwitchPlan  # what the switch held of tsdn's entries before (decodable ones)
+    done: Reconciliation  # the steps applied
+    unreadable: tuple[str, ...] = ()  # tsdn-cookie flows deleted as reported: why each was not decodable
+
+    def summary(self) -> str:
+        """`removed 2 stale flows, added 4 missing flows` (or `nothing to change`), for logs."""
+        parts = [] if not self.done.changes_anything else [self.done.summary()]
+        if self.unreadable:
+            parts.append(f"removed {len(self.unreadable)} tsdn flow(s) in a shape tsdn never installs")
+        return ", ".join(parts) if parts else "nothing to change"
+
+
 def _step_kind_word(step: Step) -> str:
     spec = step.spec
     return "flow" if isinstance(spec, FlowSpec) else "meter" if isinstance(spec, MeterSpec) else \
@@ -141,6 +203,9 @@ class Fabric:
         self._apply_lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._link_listener: LinkListener | None = None
+        # Called with a switch's name each time it connects (on an os-ken thread: must not block).
+        self.on_switch_connected: Callable[[str], None] | None = None
 
     # -- connections ------------------------------------------------------------------------
 
@@ -161,113 +226,309 @@ class Fabric:
                 self.app.changed.wait(min(left, 0.5))
         return True
 
+    def connected_switches(self) -> set[str]:
+        """Names of the topology's switches connected now."""
+        return {name for name, s in self.topology.switches.items() if s.dpid in self.connected()}
+
+    def _switch_connected(self, dpid: int) -> None:
+        name = self.topology.switch_by_dpid(dpid)
+        hook = self.on_switch_connected
+        if name is not None and hook is not None:
+            hook(name)
+
     def _name(self, dpid: int) -> str:
         return self.topology.switch_by_dpid(dpid) or f"{dpid:#x}"
 
     def _dpid(self, switch: str) -> int:
         return self.topology.switches[switch].dpid
 
+    # -- link state -------------------------------------------------------------------------
+
+    @property
+    def link_listener(self) -> LinkListener | None:
+        """Called as `listener(link, up, reason)` on each link change, from an os-ken thread."""
+        return self._link_listener
+
+    @link_listener.setter
+    def link_listener(self, listener: LinkListener | None) -> None:
+        app = self.app
+        if app is None:
+            self._link_listener = listener
+            return
+        with app.lock:  # no change slips between the replay and the hook
+            self._link_listener = listener
+            app.link_hook = self._link_changed
+            for change in app.links.down_links():
+                try:
+                    self._link_changed(change)
+                except Exception:
+                    LOG.exception("the link listener failed on %s", change)
+
+    def _link_changed(self, change: LinkChange) -> None:
+        listener = self._link_listener
+        if listener is not None:
+            listener(change.link, change.up, change.reason)
+
+    def link_status(self) -> NetworkStatus | None:
+        """Switches, links and wiring mismatches now; None before the OpenFlow app runs."""
+        return self.app.link_status() if self.app is not None else None
+
     # -- applying steps ---------------------------------------------------------------------
 
     def apply(self, steps: Sequence[Step], timeout: float = 5.0) -> str | None:
         """Send `steps` in order, confirming each barrier; None on success, else the reason."""
-        if self.app is None or self._stopped.is_set():
-            return "the OpenFlow fabric is not running"
-        steps = list(steps)
-        with self._apply_lock:
-            for step in steps:
-                if step.kind is not StepKind.BARRIER and step.spec is not None \
-                        and step.spec.switch in self.topology.switches \
-                        and step.spec.dpid != self._dpid(step.spec.switch):
-                    return (f"step {step.describe()}: dpid {step.spec.dpid:#x} is not the dpid of switch "
-                            f"{step.spec.switch} in topology {self.topology.name}")
-            needed: dict[int, str] = {}
-            for step in steps:
-                if step.kind is StepKind.BARRIER:
-                    for name in step.switches:
-                        if name not in self.topology.switches:
-                            return f"barrier on switch {name}, which is not in topology {self.topology.name}"
-                        needed[self._dpid(name)] = name
-                else:
-                    assert step.spec is not None
-                    needed[step.spec.dpid] = step.spec.switch
-            connected = self.connected()
-            missing = sorted(d for d in needed if d not in connected)
-            if missing:
-                return "; ".join(f"switch {needed[d]} (dpid {d:#x}) not connected" for d in missing)
-            return self._send_all(steps, timeout)
+        return self.apply_many([steps], timeout)[0]
 
-    def _send_all(self, steps: list[Step], timeout: float) -> str | None:
+    def apply_many(self, changes: Sequence[Sequence[Step]], timeout: float = 5.0) -> list[str | None]:
+        """Apply independent changes (each a list of steps) together; per change, None or the reason.
+
+        Each change gets what `apply` would give it alone, but phase i of every change (its
+        steps up to its i-th barrier) is sent together, then one barrier round to the switches
+        touched, with `timeout` for its replies. A change the switches refuse (errors are
+        matched to it by xid) or that touches a switch that disconnects or does not answer
+        stops there; the others go on. Changes touching a switch not connected are refused
+        before anything of theirs is sent.
+        """
+        if self.app is None or self._stopped.is_set():
+            return ["the OpenFlow fabric is not running"] * len(changes)
+        results: list[str | None] = [None] * len(changes)
+        with self._apply_lock:
+            connected = self.connected()
+            runs: list[_Run] = []
+            for index, steps in enumerate(changes):
+                reason, phases = self._phases(list(steps), connected)
+                if reason is not None:
+                    results[index] = reason
+                elif phases:
+                    runs.append(_Run(index, phases))
+            while runs:
+                self._round(runs, timeout)
+                for run in runs:
+                    if run.reason is not None:
+                        results[run.index] = run.reason
+                runs = [r for r in runs if r.reason is None and r.next < len(r.phases)]
+        return results
+
+    def _phases(self, steps: list[Step], connected: set[int]) -> tuple[str | None, list[_Phase]]:
+        """Check `steps` (dpids, switch names, connections) and split them at their barriers."""
+        for step in steps:
+            if step.kind is not StepKind.BARRIER and step.spec is not None \
+                    and step.spec.switch in self.topology.switches \
+                    and step.spec.dpid != self._dpid(step.spec.switch):
+                return (f"step {step.describe()}: dpid {step.spec.dpid:#x} is not the dpid of switch "
+                        f"{step.spec.switch} in topology {self.topology.name}"), []
+        needed: dict[int, str] = {}
+        phases: list[_Phase] = []
+        current: list[Step] = []
+        touched: dict[int, str] = {}
+        for step in [*steps, Step(StepKind.BARRIER, ())]:
+            if step.kind is StepKind.BARRIER:
+                for name in step.switches:
+                    if name not in self.topology.switches:
+                        return f"barrier on switch {name}, which is not in topology {self.topology.name}", []
+                    touched[self._dpid(name)] = name
+                if touched:
+                    phases.append(_Phase(current, touched))
+                needed.update(touched)
+                current, touched = [], {}
+            else:
+                assert step.spec is not None
+                current.append(step)
+                touched[step.spec.dpid] = step.spec.switch
+        missing = sorted(d for d in needed if d not in connected)
+        if missing:
+            return "; ".join(f"switch {needed[d]} (dpid {d:#x}) not connected" for d in missing), []
+        return None, phases
+
+    def _round(self, runs: list[_Run], timeout: float) -> None:
+        """Send the next phase of every run, one barrier to each switch touched, and wait for the
+        replies; a run whose messages were refused or whose switches failed gets its reason."""
         assert self.app is not None
         app = self.app
         waiter = app.waiter()
-        sent: dict[tuple[int, int], Step] = {}
-        touched: dict[int, str] = {}  # since the last barrier
+        sent: dict[tuple[int, int], tuple[_Run, Step]] = {}
+        waiting_on: dict[int, list[_Run]] = {}  # dpid -> runs whose phase ends with its barrier
         try:
-            for step in [*steps, Step(StepKind.BARRIER, ())]:
-                if step.kind is StepKind.BARRIER:
-                    dpids = {self._dpid(n): n for n in step.switches}
-                    dpids.update(touched)
-                    if dpids:
-                        reason = self._barrier(waiter, dpids, sent, timeout)
-                        if reason is not None:
-                            return reason
-                    touched = {}
+            by_dpid: dict[int, list[tuple[_Run, Step]]] = {}
+            for run in runs:
+                phase = run.phases[run.next]
+                run.next += 1
+                for step in phase.steps:
+                    assert step.spec is not None
+                    by_dpid.setdefault(step.spec.dpid, []).append((run, step))
+                for dpid in phase.switches:
+                    waiting_on.setdefault(dpid, []).append(run)
+            for dpid, work in by_dpid.items():
+                reason = self._send_steps(waiter, dpid, work, sent)
+                if reason is not None:
+                    for run, _ in work:
+                        run.fail(reason)
+            barriers: dict[int, int] = {}
+            for dpid, waiting in waiting_on.items():
+                if all(run.reason is not None for run in waiting):
                     continue
-                spec = step.spec
-                assert spec is not None
-                dp = app.datapath(spec.dpid)
+                name = self._name(dpid)
+                dp = app.datapath(dpid)
                 if dp is None:
-                    return f"switch {spec.switch} (dpid {spec.dpid:#x}) not connected"
-                for msg in encoder.encode_step(dp, step, self.scale):
-                    try:
-                        xid = app.send(dp, msg, waiter)
-                    except ConnectionError:
-                        return f"switch {spec.switch} (dpid {spec.dpid:#x}) disconnected"
-                    sent[(spec.dpid, xid)] = step
-                touched[spec.dpid] = spec.switch
-            return None
+                    for run in waiting:
+                        run.fail(f"switch {name} (dpid {dpid:#x}) not connected")
+                    continue
+                try:
+                    barriers[dpid] = app.send(dp, encoder.barrier(dp), waiter, barrier=True)
+                except ConnectionError:
+                    for run in waiting:
+                        run.fail(f"switch {name} (dpid {dpid:#x}) disconnected")
+            deadline = time.monotonic() + timeout
+            with waiter.cond:
+                while any(d not in waiter.gone for d, _ in waiter.barriers):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    waiter.cond.wait(left)
+                errors = list(waiter.errors)
+                gone = set(waiter.gone)
+                late = {d for d, _ in waiter.barriers if d not in gone}
         finally:
             app.forget(waiter)
+        for error in errors:
+            dpid, xid = error[0], error[1]
+            if (dpid, xid) in sent:
+                run, step = sent[(dpid, xid)]
+                run.fail(self._refusal(error, step))
+            elif barriers.get(dpid) == xid:
+                for run in waiting_on.get(dpid, []):
+                    run.fail(self._refusal(error, None))
+        for run in runs:
+            if run.reason is not None:
+                continue
+            switches = run.phases[run.next - 1].switches
+            lost = sorted(d for d in switches if d in gone)
+            if lost:
+                run.fail("; ".join(f"switch {self._name(d)} (dpid {d:#x}) disconnected" for d in lost))
+                continue
+            slow = sorted({self._name(d) for d in switches if d in late})
+            if slow:
+                run.fail(f"no barrier reply from {', '.join(slow)} within {timeout:g}s")
 
-    def _barrier(self, waiter: Waiter, dpids: dict[int, str], sent: dict[tuple[int, int], Step],
-                 timeout: float) -> str | None:
+    def _send_steps(self, waiter: Waiter, dpid: int, work: list[tuple[_Run, Step]],
+                    sent: dict[tuple[int, int], tuple[_Run, Step]]) -> str | None:
+        """Send the messages of `work` (steps of several runs) to switch `dpid`, in order, as one write."""
         assert self.app is not None
-        for dpid, name in dpids.items():
-            dp = self.app.datapath(dpid)
-            if dp is None:
-                return f"switch {name} (dpid {dpid:#x}) not connected"
-            try:
-                self.app.send(dp, encoder.barrier(dp), waiter, barrier=True)
-            except ConnectionError:
-                return f"switch {name} (dpid {dpid:#x}) disconnected"
-        deadline = time.monotonic() + timeout
-        with waiter.cond:
-            while not waiter.done():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                waiter.cond.wait(left)
-            if waiter.errors:
-                return self._refusal(waiter.errors[0], sent)
-            if waiter.gone:
-                return "; ".join(f"switch {self._name(d)} (dpid {d:#x}) disconnected" for d in sorted(waiter.gone))
-            if waiter.barriers:
-                late = sorted({self._name(d) for d, _ in waiter.barriers})
-                return f"no barrier reply from {', '.join(late)} within {timeout:g}s"
+        dp = self.app.datapath(dpid)
+        name = self._name(dpid)
+        if dp is None:
+            return f"switch {name} (dpid {dpid:#x}) not connected"
+        msgs, owners = [], []
+        for run, step in work:
+            if run.reason is None:
+                for msg in encoder.encode_step(dp, step, self.scale):
+                    msgs.append(msg)
+                    owners.append((run, step))
+        try:
+            xids = self.app.send_many(dp, msgs, waiter)
+        except ConnectionError:
+            return f"switch {name} (dpid {dpid:#x}) disconnected"
+        for xid, owner in zip(xids, owners, strict=True):
+            sent[(dpid, xid)] = owner
         return None
 
-    def _refusal(self, error: tuple[int, int, int, int], sent: dict[tuple[int, int], Step]) -> str:
-        dpid, xid, type_, code = error
+    def _refusal(self, error: tuple[int, int, int, int], step: Step | None) -> str:
+        dpid, _, type_, code = error
         assert self.app is not None
         dp = self.app.datapath(dpid)
         from os_ken.ofproto import ofproto_v1_3
 
         what = encoder.describe_error(dp.ofproto if dp is not None else ofproto_v1_3, type_, code)
-        step = sent.get((dpid, xid))
         if step is None:
             return f"switch {self._name(dpid)} refused a barrier: {what}"
         return f"switch {self._name(dpid)} refused a {_step_kind_word(step)}: {what} ({step.describe()})"
+
+    # -- reconciliation ---------------------------------------------------------------------
+
+    def read(self, switch: str, timeout: float = 5.0) -> tuple[SwitchPlan, list[tuple[object, str]]]:
+        """What `switch` holds now: its tsdn-cookie flows, every meter and every group, as specs;
+        and the tsdn-cookie flows whose match no spec can express, as reported, each with why.
+
+        Raises ConnectionError (not connected or gone), TimeoutError (no complete reply within
+        `timeout` seconds per request) or RuntimeError (the switch refused a request).
+        """
+        if self.app is None or self._stopped.is_set():
+            raise ConnectionError("the OpenFlow fabric is not running")
+        if switch not in self.topology.switches:
+            raise ValueError(f"no switch {switch!r} in topology {self.topology.name}")
+        dpid = self._dpid(switch)
+        dp = self.app.datapath(dpid)
+        if dp is None:
+            raise ConnectionError(f"switch {switch} (dpid {dpid:#x}) not connected")
+        flows: list[FlowSpec] = []
+        unreadable: list[tuple[object, str]] = []
+        for stats in self.app.request(dp, encoder.flow_stats_request(dp), timeout):
+            if not is_tsdn_cookie(stats.cookie):
+                continue
+            try:
+                flows.append(encoder.flow_from_stats(dp, stats, switch))
+            except ValueError as why:
+                unreadable.append((stats, str(why)))
+        meters = [encoder.meter_from_stats(dp, stats, switch, self.scale)
+                  for stats in self.app.request(dp, encoder.meter_config_request(dp), timeout)]
+        groups = [encoder.group_from_stats(dp, stats, switch)
+                  for stats in self.app.request(dp, encoder.group_desc_request(dp), timeout)]
+        return SwitchPlan(tuple(flows), tuple(meters), tuple(groups)), unreadable
+
+    def reconcile(self, switch: str, expected: SwitchPlan, timeout: float = 5.0) -> Reconciled:
+        """Make `switch` hold exactly `expected` of tsdn's entries (see `core.reconcile`): read it,
+        delete what nobody owns, add what is missing, leave what is right untouched.
+
+        Raises `ReconcileFailed` naming the switch and the reason when it cannot be read or
+        refuses a step (what was applied before stays applied).
+        """
+        try:
+            held, unreadable = self.read(switch, timeout)
+        except (ConnectionError, TimeoutError, RuntimeError) as why:
+            raise ReconcileFailed(f"{switch}: cannot read its flows, meters and groups: {why}") from why
+        if unreadable:
+            reason = self._delete_as_held(switch, [stats for stats, _ in unreadable], timeout)
+            if reason is not None:
+                raise ReconcileFailed(f"{switch}: deleting flows tsdn cannot read: {reason}")
+        try:
+            done = reconcile(switch, expected, held, partial(encoder.held_meter, scale=self.scale))
+        except ValueError as why:
+            raise ReconcileFailed(str(why)) from why
+        reason = self.apply(done.steps, timeout)
+        if reason is not None:
+            raise ReconcileFailed(f"{switch}: {reason}")
+        return Reconciled(switch, held, done, tuple(why for _, why in unreadable))
+
+    def _delete_as_held(self, switch: str, entries: list, timeout: float) -> str | None:
+        """Delete flow entries exactly as `switch` reported them, with a barrier; None or the reason."""
+        assert self.app is not None
+        dpid = self._dpid(switch)
+        dp = self.app.datapath(dpid)
+        if dp is None:
+            return f"switch {switch} (dpid {dpid:#x}) not connected"
+        waiter = self.app.waiter()
+        try:
+            try:
+                for stats in entries:
+                    self.app.send(dp, encoder.delete_flow_as_held(dp, stats), waiter)
+                self.app.send(dp, encoder.barrier(dp), waiter, barrier=True)
+            except ConnectionError:
+                return f"switch {switch} (dpid {dpid:#x}) disconnected"
+            deadline = time.monotonic() + timeout
+            with waiter.cond:
+                while not waiter.done():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return f"no barrier reply from {switch} within {timeout:g}s"
+                    waiter.cond.wait(left)
+                if waiter.errors:
+                    _, _, type_, code = waiter.errors[0]
+                    return f"switch {switch} refused a flow delete: {encoder.describe_error(dp.ofproto, type_, code)}"
+                if waiter.gone:
+                    return f"switch {switch} (dpid {dpid:#x}) disconnected"
+            return None
+        finally:
+            self.app.forget(waiter)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -333,6 +594,7 @@ def start_openflow(topology: Topology, listen_host: str = "127.0.0.1", listen_po
             contexts = manager.create_contexts()
             threads = manager.instantiate_apps(topology=topology, scale=scale, **contexts)
             fabric.app = manager.applications["TsdnOpenFlowApp"]
+            fabric.app.on_connected = fabric._switch_connected
             fabric._handler = manager.applications.get("ofp_event")
         except BaseException as exc:
             failure.append(exc)

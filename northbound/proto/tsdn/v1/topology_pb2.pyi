@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -110,3 +111,83 @@ class Topology(_message.Message):
     sites: _containers.RepeatedCompositeFieldContainer[Site]
     time: _timestamp_pb2.Timestamp
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., switches: _Optional[_Iterable[_Union[Switch, _Mapping]]] = ..., links: _Optional[_Iterable[_Union[Link, _Mapping]]] = ..., dtns: _Optional[_Iterable[_Union[Dtn, _Mapping]]] = ..., sites: _Optional[_Iterable[_Union[Site, _Mapping]]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetTopologyStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SwitchStatus(_message.Message):
+    __slots__ = ("name", "dpid", "connected", "connected_since")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DPID_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_SINCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dpid: int
+    connected: bool
+    connected_since: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., dpid: _Optional[int] = ..., connected: _Optional[bool] = ..., connected_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class LinkStatus(_message.Message):
+    __slots__ = ("name", "a", "b", "state", "reason", "lldp_age_a_to_b_s", "lldp_age_b_to_a_s")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[LinkStatus.State]
+        UP: _ClassVar[LinkStatus.State]
+        DOWN: _ClassVar[LinkStatus.State]
+        UNVERIFIED: _ClassVar[LinkStatus.State]
+        UNKNOWN: _ClassVar[LinkStatus.State]
+    STATE_UNSPECIFIED: LinkStatus.State
+    UP: LinkStatus.State
+    DOWN: LinkStatus.State
+    UNVERIFIED: LinkStatus.State
+    UNKNOWN: LinkStatus.State
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    A_FIELD_NUMBER: _ClassVar[int]
+    B_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    LLDP_AGE_A_TO_B_S_FIELD_NUMBER: _ClassVar[int]
+    LLDP_AGE_B_TO_A_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    a: str
+    b: str
+    state: LinkStatus.State
+    reason: str
+    lldp_age_a_to_b_s: float
+    lldp_age_b_to_a_s: float
+    def __init__(self, name: _Optional[str] = ..., a: _Optional[str] = ..., b: _Optional[str] = ..., state: _Optional[_Union[LinkStatus.State, str]] = ..., reason: _Optional[str] = ..., lldp_age_a_to_b_s: _Optional[float] = ..., lldp_age_b_to_a_s: _Optional[float] = ...) -> None: ...
+
+class WiringMismatch(_message.Message):
+    __slots__ = ("at", "expected", "observed", "message", "first_seen", "last_seen")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    at: str
+    expected: str
+    observed: str
+    message: str
+    first_seen: _timestamp_pb2.Timestamp
+    last_seen: _timestamp_pb2.Timestamp
+    def __init__(self, at: _Optional[str] = ..., expected: _Optional[str] = ..., observed: _Optional[str] = ..., message: _Optional[str] = ..., first_seen: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_seen: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class TopologyStatus(_message.Message):
+    __slots__ = ("topology", "controlled", "note", "switches", "links", "mismatches", "time")
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    CONTROLLED_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    SWITCHES_FIELD_NUMBER: _ClassVar[int]
+    LINKS_FIELD_NUMBER: _ClassVar[int]
+    MISMATCHES_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    topology: str
+    controlled: bool
+    note: str
+    switches: _containers.RepeatedCompositeFieldContainer[SwitchStatus]
+    links: _containers.RepeatedCompositeFieldContainer[LinkStatus]
+    mismatches: _containers.RepeatedCompositeFieldContainer[WiringMismatch]
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, topology: _Optional[str] = ..., controlled: _Optional[bool] = ..., note: _Optional[str] = ..., switches: _Optional[_Iterable[_Union[SwitchStatus, _Mapping]]] = ..., links: _Optional[_Iterable[_Union[LinkStatus, _Mapping]]] = ..., mismatches: _Optional[_Iterable[_Union[WiringMismatch, _Mapping]]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -39,6 +39,11 @@ class TopologyServiceStub:
                 request_serializer=tsdn_dot_v1_dot_topology__pb2.GetTopologyRequest.SerializeToString,
                 response_deserializer=tsdn_dot_v1_dot_topology__pb2.Topology.FromString,
                 _registered_method=True)
+        self.GetTopologyStatus = channel.unary_unary(
+                '/tsdn.v1.TopologyService/GetTopologyStatus',
+                request_serializer=tsdn_dot_v1_dot_topology__pb2.GetTopologyStatusRequest.SerializeToString,
+                response_deserializer=tsdn_dot_v1_dot_topology__pb2.TopologyStatus.FromString,
+                _registered_method=True)
 
 
 class TopologyServiceServicer:
@@ -50,6 +55,14 @@ class TopologyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopologyStatus(self, request, context):
+        """The real network against the topology: which switches are connected, which links are up
+        (port status and LLDP), and wiring the topology does not have.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopologyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +70,11 @@ def add_TopologyServiceServicer_to_server(servicer, server):
                     servicer.GetTopology,
                     request_deserializer=tsdn_dot_v1_dot_topology__pb2.GetTopologyRequest.FromString,
                     response_serializer=tsdn_dot_v1_dot_topology__pb2.Topology.SerializeToString,
+            ),
+            'GetTopologyStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopologyStatus,
+                    request_deserializer=tsdn_dot_v1_dot_topology__pb2.GetTopologyStatusRequest.FromString,
+                    response_serializer=tsdn_dot_v1_dot_topology__pb2.TopologyStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +104,33 @@ class TopologyService:
             '/tsdn.v1.TopologyService/GetTopology',
             tsdn_dot_v1_dot_topology__pb2.GetTopologyRequest.SerializeToString,
             tsdn_dot_v1_dot_topology__pb2.Topology.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopologyStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsdn.v1.TopologyService/GetTopologyStatus',
+            tsdn_dot_v1_dot_topology__pb2.GetTopologyStatusRequest.SerializeToString,
+            tsdn_dot_v1_dot_topology__pb2.TopologyStatus.FromString,
             options,
             channel_credentials,
             insecure,
