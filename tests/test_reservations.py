@@ -225,6 +225,19 @@ def test_next_deadline_is_the_earliest_pending_start_or_end(ring: Env):
     assert [r.state for r in ring.book.snapshot(NOC)] == [State.ACTIVE]
 
 
+def test_next_deadline_follows_modified_and_released_reservations(ring: Env):
+    a = ring.book.create(RUCIO, ring.req("dtn1", "dtn2", end=T0 + 500))
+    b = ring.book.create(RUCIO, ring.req("dtn3", "dtn4", end=T0 + 800))
+    ring.book.modify(RUCIO, a.name, end=T0 + 1000)  # later: b's end comes first now
+    assert ring.book.next_deadline() == T0 + 800
+    ring.book.modify(RUCIO, a.name, end=T0 + 200)  # earlier again
+    assert ring.book.next_deadline() == T0 + 200
+    ring.book.release(RUCIO, a.name)
+    assert ring.book.next_deadline() == T0 + 800
+    ring.book.release(RUCIO, b.name)
+    assert ring.book.next_deadline() == math.inf
+
+
 # --- releasing ------------------------------------------------------------------------------
 
 

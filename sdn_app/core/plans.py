@@ -386,6 +386,7 @@ class IdAllocator:
         self.limits = {"meter": max_meter_id, "group": max_group_id}
         self._owner: dict[tuple[str, str, int], tuple[str, object]] = {}
         self._ids: dict[tuple[str, str, str, object], int] = {}
+        self._held: dict[str, set[tuple[str, str, int]]] = {}  # reservation -> its (switch, kind, id)s
 
     def meter_id(self, switch: str, reservation_id: str, direction: str) -> int:
         """The meter id on `switch` of `reservation_id`'s `direction` (forward or reverse)."""
@@ -411,23 +412,27 @@ class IdAllocator:
     def _claim(self, switch: str, kind: str, value: int, reservation_id: str, key: object) -> None:
         self._owner[(switch, kind, value)] = (reservation_id, key)
         self._ids[(switch, kind, reservation_id, key)] = value
+        self._held.setdefault(reservation_id, set()).add((switch, kind, value))
 
     def _free(self, switch: str, kind: str, value: int) -> None:
         reservation_id, key = self._owner.pop((switch, kind, value))
         del self._ids[(switch, kind, reservation_id, key)]
+        held = self._held[reservation_id]
+        held.discard((switch, kind, value))
+        if not held:
+            del self._held[reservation_id]
 
     def release(self, reservation_id: str) -> None:
         """Free every id `reservation_id` holds (after its plan was removed)."""
-        for (switch, kind, value), (owner, _) in list(self._owner.items()):
-            if owner == reservation_id:
-                self._free(switch, kind, value)
+        for where in list(self._held.get(reservation_id, ())):
+            self._free(*where)
 
     def retain(self, plan: FlowPlan) -> None:
         """Free the ids of `plan`'s reservation that `plan` does not use (after a move)."""
         used = {(m.switch, "meter", m.meter_id) for m in plan.meters}
         used |= {(g.switch, "group", g.group_id) for g in plan.groups}
-        for where, (owner, _) in list(self._owner.items()):
-            if owner == plan.reservation_id and where not in used:
+        for where in list(self._held.get(plan.reservation_id, ())):
+            if where not in used:
                 self._free(*where)
 
     def adopt(self, plan: FlowPlan) -> None:

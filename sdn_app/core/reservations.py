@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import heapq
 import json
 import math
 import os
@@ -192,6 +193,8 @@ class ReservationBook:
         self._live: dict[str, Reservation] = {}  # not final: what ticks and deadlines look at
         self._by_request: dict[tuple[str, str], str] = {}
         self._by_pair: dict[tuple[str, str], set[str]] = {}  # (src, dst) -> live reservations
+        self._deadlines: list[tuple[float, str]] = []  # heap of (window start or end, id); stale entries skipped
+        self._degraded: set[str] = set()
         self._events: list[Event] = []
         self._random = random.Random(os.urandom(16))  # ids need to be unique, not secret: owners are checked
         self._sequence = 0
@@ -458,6 +461,8 @@ class ReservationBook:
 
     def _retry_degraded(self, why: str) -> None:
         """Capacity came back: move each DEGRADED reservation to a route that fits, oldest first."""
+        if not self._degraded and not self.finder.down_links:
+            return
         degraded = [r for r in self._live.values() if r.state is State.DEGRADED
                     or (r.state is State.SCHEDULED and r.route is not None and self._down_on(r.route))]
         for old in sorted(degraded, key=lambda r: (r.created, r.id)):
@@ -616,9 +621,14 @@ class ReservationBook:
 
     def next_deadline(self) -> float:
         """When `tick` next has something to do (math.inf when nothing is pending)."""
-        times = [r.request.start if r.state is State.SCHEDULED else r.request.end
-                 for r in self._live.values()]
-        return min(times, default=math.inf)
+        heap = self._deadlines
+        while heap:
+            when, reservation_id = heap[0]
+            live = self._live.get(reservation_id)
+            if live is not None and _deadline(live) == when:
+                return when
+            heapq.heappop(heap)  # stale: the reservation ended or its deadline moved
+        return math.inf
 
     # -- internals -----------------------------------------------------------------------
 
@@ -642,8 +652,15 @@ class ReservationBook:
                 if not same:
                     del self._by_pair[pair]
         else:
+            previous = self._live.get(reservation.id)
             self._live[reservation.id] = reservation
             self._by_pair.setdefault(pair, set()).add(reservation.id)
+            if previous is None or _deadline(previous) != _deadline(reservation):
+                heapq.heappush(self._deadlines, (_deadline(reservation), reservation.id))
+        if reservation.state is State.DEGRADED:
+            self._degraded.add(reservation.id)
+        else:
+            self._degraded.discard(reservation.id)
         if reservation.request_id:
             self._by_request[(reservation.owner, reservation.request_id)] = reservation.id
 
@@ -694,6 +711,11 @@ class ReservationBook:
             if not waiting:
                 del self._awaiting_reconcile[reservation_id]
                 self.provisioned(reservation_id, None)
+
+
+def _deadline(reservation: Reservation) -> float:
+    """When the clock next changes a live reservation: its start while SCHEDULED, else its end."""
+    return reservation.request.start if reservation.state is State.SCHEDULED else reservation.request.end
 
 
 def _route_links(route: Route) -> set[str]:
