@@ -7,15 +7,31 @@ reservation (`include_existing`) is opened before anything is measured; a reserv
 time runs from the CreateReservation call to the arrival of its ACTIVE event on that watch
 (the controller sends ACTIVE only once every hop has answered its barrier).
 
-- sequential: N reservations (200; --quick 50) one after the other, each between a random DTN
-  pair at 100 Mbit/s, until released: they are kept, so the flow tables grow as the phase
-  runs (the p50 of each quarter shows whether that costs anything);
-- batch: M more (1000; --quick 200) submitted at once by 16 client threads; the total time
-  until every one is ACTIVE (or FAILED: counted), and each one's own setup time.
-Everything is released at the end (timed, not a target).
+One live reservation per ordered DTN pair: with switches the controller refuses a second
+reservation for a pair that already has one overlapping in time (FAILED_PRECONDITION: the
+switches tell reservations apart by the pair's addresses). So every reservation alive at the
+same time gets its own ordered pair, drawn from the pairs shuffled with the seed (sc16: 26 DTNs,
+650 ordered pairs), and each phase's reservations are released before the next phase begins:
 
-Baseline in the same run: the same phases on a controller without --listen-openflow (ledger
-only: ACTIVE at once, no switches), so the share of the switches is visible.
+- warm-up: 10 (--quick 3) made ACTIVE one by one (switches may still be finishing their
+  handshake), then released; with switches, the benchmark waits until their flows are gone;
+- sequential: N reservations (200; --quick 50) one after the other, each between its own DTN
+  pair at 100 Mbit/s, kept until the phase ends, so the flow tables grow as the phase runs (the
+  p50 of each quarter shows whether that costs anything); then all N are released at once from
+  the client threads (timed, not a target: `release_all_s`), and the benchmark waits until every
+  tsdn flow is gone (`flows_gone_after_release_s`);
+- batch: M more (1000; --quick 200) submitted at once by 16 client threads, on M distinct pairs
+  (shuffled again); the total time until every one is ACTIVE (or FAILED: counted), and each
+  one's own setup time. sc16 has only 650 ordered pairs: asked for more (the default 1000), the
+  batch is as many as there are pairs, `batch` says how many, and `batch_1000_s` is the batch's
+  time scaled linearly to 1,000 (`batch_1000_s_extrapolated` true, and said on stderr; also
+  with --quick or --batch other than 1000). Then these are released too (`batch_release_s`),
+  and the flows left at the end are counted (`flows_left_after_release`, 0 when all is well).
+--sequential beyond the number of pairs is cut to it the same way.
+
+Baseline in the same run: the same phases, on the same pairs, on a controller without
+--listen-openflow (ledger only: ACTIVE at once, no switches), so the share of the switches is
+visible.
 
 Where the time goes, per reservation: `rpc` (the CreateReservation round trip), `after_reply`
 (reply to ACTIVE event), and from the controller's own timestamps (same machine, same wall
@@ -23,9 +39,9 @@ clock): `server_provision` (the reservation's create_time to its ACTIVE event's 
 provisioner queue, flow-mods and barriers, the report back through the core) and `delivery`
 (ACTIVE event time to its arrival here).
 
-Human lines go to stderr; the last line printed to stdout is one JSON object.
+Human lines go to stderr; the last line printed to stdout is one JSON object:
+`{"bench": "setup", "p50_ms": ..., "p99_ms": ..., "batch_1000_s": ..., ...}`.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -41,6 +57,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,11 +88,26 @@ class Sizes:
     sequential: int
     batch: int
     warmup: int
+    sequential_asked: int
+    batch_asked: int
 
     @classmethod
-    def for_run(cls, quick: bool, sequential: int | None, batch: int | None) -> Sizes:
-        return cls(sequential=sequential if sequential is not None else 50 if quick else 200,
-                   batch=batch if batch is not None else 200 if quick else 1000, warmup=3 if quick else 10)
+    def for_run(cls, quick: bool, sequential: int | None, batch: int | None, pairs: int) -> Sizes:
+        """The phases' sizes, each cut to `pairs` (one live reservation per ordered DTN pair)."""
+        sequential = sequential if sequential is not None else 50 if quick else 200
+        batch = batch if batch is not None else 200 if quick else 1000
+        return cls(sequential=min(sequential, pairs), batch=min(batch, pairs), warmup=min(3 if quick else 10, pairs),
+                   sequential_asked=sequential, batch_asked=batch)
+
+
+Pair = tuple[str, str]
+
+
+def ordered_pairs(dtns: list[str], rng: random.Random) -> list[Pair]:
+    """Every ordered pair of distinct DTNs, shuffled by `rng`."""
+    pairs = [(src, dst) for src in dtns for dst in dtns if src != dst]
+    rng.shuffle(pairs)
+    return pairs
 
 
 # -- the controller under test ------------------------------------------------------------
@@ -285,8 +317,8 @@ class Phase:
         }
 
 
-def create(client: TsdnClient, rng: random.Random, dtns: list[str]) -> Sample:
-    src, dst = rng.sample(dtns, 2)
+def create(client: TsdnClient, pair: Pair) -> Sample:
+    src, dst = pair
     sample = Sample(began_wall=time.time(), began=time.perf_counter())
     try:
         reservation = client.create_reservation(src, dst, BANDWIDTH)
@@ -302,38 +334,42 @@ def create(client: TsdnClient, rng: random.Random, dtns: list[str]) -> Sample:
     return sample
 
 
-def warm_up(client: TsdnClient, watcher: Watcher, dtns: list[str], count: int, rng: random.Random,
-            deadline_s: float = 60.0) -> tuple[list[str], int]:
-    """Make `count` reservations ACTIVE (switches may still be finishing their handshake):
-    returns every id made and how many failed on the way."""
-    made, failed, active = [], 0, 0
+def warm_up(client: TsdnClient, watcher: Watcher, pairs: list[Pair], count: int, alive: list[str],
+            deadline_s: float = 60.0) -> int:
+    """Make `count` reservations ACTIVE (switches may still be finishing their handshake), each on
+    the next pair of `pairs` (taken round: a FAILED one holds no pair); each one still live is
+    added to `alive`. Returns how many failed on the way."""
+    failed, active = 0, 0
     deadline = time.monotonic() + deadline_s
     while active < count:
         if time.monotonic() > deadline:
             raise RuntimeError(f"warm-up: only {active} of {count} reservations became ACTIVE in {deadline_s:g} s "
                                f"({failed} failed); watch error: {watcher.error}")
-        sample = create(client, rng, dtns)
+        sample = create(client, pairs[(active + failed) % len(pairs)])
         if not sample.id:
             raise RuntimeError(f"warm-up: CreateReservation failed: {sample.error}")
-        made.append(sample.id)
+        alive.append(sample.id)
         if not watcher.wait([sample.id], SETUP_TIMEOUT):
             raise RuntimeError(f"warm-up: no ACTIVE/FAILED event for {sample.id} within {SETUP_TIMEOUT:g} s; "
                                f"watch error: {watcher.error}")
         if watcher.arrivals[sample.id].state == pb.ACTIVE:
             active += 1
         else:
+            alive.remove(sample.id)  # FAILED is final: nothing to release
             failed += 1
             time.sleep(0.5)  # a switch still connecting: give it a moment, then try again
-    return made, failed
+    return failed
 
 
-def sequential_phase(client: TsdnClient, watcher: Watcher, dtns: list[str], count: int,
-                     rng: random.Random) -> Phase:
-    """One reservation at a time: the next is asked for once the previous one is ACTIVE or FAILED."""
+def sequential_phase(client: TsdnClient, watcher: Watcher, pairs: list[Pair], alive: list[str]) -> Phase:
+    """One reservation per pair (distinct pairs), one at a time: the next is asked for once the
+    previous one is ACTIVE or FAILED. Every one made is added to `alive`: all are kept."""
     phase = Phase([], watcher.arrivals, began=time.perf_counter())
-    for _ in range(count):
-        sample = create(client, rng, dtns)
+    for pair in pairs:
+        sample = create(client, pair)
         phase.samples.append(sample)
+        if sample.id:
+            alive.append(sample.id)
         if not sample.id:
             if len(phase.errors) < 5:
                 phase.errors.append(sample.error)
@@ -345,9 +381,12 @@ def sequential_phase(client: TsdnClient, watcher: Watcher, dtns: list[str], coun
     return phase
 
 
-def batch_phase(address: str, watcher: Watcher, dtns: list[str], count: int, clients: int, seed: int) -> Phase:
-    """`count` reservations at once from `clients` threads; waits for every ACTIVE/FAILED."""
-    shares = [count // clients + (1 if i < count % clients else 0) for i in range(clients)]
+def batch_phase(address: str, watcher: Watcher, pairs: list[Pair], clients: int, alive: list[str]) -> Phase:
+    """One reservation per pair (distinct pairs), all at once from `clients` threads; waits for
+    every ACTIVE/FAILED. Every one made is added to `alive`."""
+    count = len(pairs)
+    clients = max(1, min(clients, count))
+    shares = [pairs[i::clients] for i in range(clients)]
     per_thread: list[list[Sample]] = [[] for _ in range(clients)]
     connections = [TsdnClient(address, token=TOKEN, timeout=30) for _ in range(clients)]
     for connection in connections:  # connect before the clock starts
@@ -356,9 +395,8 @@ def batch_phase(address: str, watcher: Watcher, dtns: list[str], count: int, cli
     ready = threading.Barrier(clients + 1)
 
     def submit(i: int) -> None:
-        rng = random.Random(seed * 1000 + i)
         ready.wait()
-        per_thread[i] = [create(connections[i], rng, dtns) for _ in range(shares[i])]
+        per_thread[i] = [create(connections[i], pair) for pair in shares[i]]
 
     threads = [threading.Thread(target=submit, args=(i,), name=f"batch-{i}", daemon=True) for i in range(clients)]
     try:
@@ -370,6 +408,7 @@ def batch_phase(address: str, watcher: Watcher, dtns: list[str], count: int, cli
             thread.join(120)
         samples = [s for share in per_thread for s in share]
         ids = [s.id for s in samples if s.id]
+        alive += ids
         complete = watcher.wait(ids, max(60.0, count * 0.5))
     finally:
         for connection in connections:
@@ -413,38 +452,75 @@ def release_all(address: str, ids: list[str], clients: int) -> tuple[float, int]
 
 
 @dataclass
+class Released:
+    """One phase's release: the DeleteReservation RPCs, then (with switches) its flows going."""
+
+    count: int
+    seconds: float
+    failures: int
+    flows_left: int | None = None  # tsdn flows still on the switches when the wait ended
+    flows_gone_s: float | None = None  # release done to the last tsdn flow gone
+
+
+@dataclass
 class RunOf:
     """Both phases on one controller."""
 
     sequential: Phase
     batch: Phase
     warmup_failures: int
-    release_s: float
-    release_failures: int
+    warmup_release: Released
+    sequential_release: Released
+    batch_release: Released
     watch_events: int
     watch_error: str | None
 
+    def release_failures(self) -> int:
+        return sum(r.failures for r in (self.warmup_release, self.sequential_release, self.batch_release))
+
+
+Settle = Callable[[], tuple[int, float | None]]
+
+
+def release_phase(address: str, alive: list[str], clients: int, settle: Settle | None) -> Released:
+    """Release every id in `alive` (emptied), then wait for the switches (`settle`)."""
+    ids = list(alive)
+    alive.clear()
+    seconds, failures = release_all(address, ids, clients)
+    released = Released(len(ids), seconds, failures)
+    if settle is not None:
+        released.flows_left, released.flows_gone_s = settle()
+    return released
+
 
 def run_phases(address: str, dtns: list[str], sizes: Sizes, clients: int, seed: int, pids: dict[str, int | None],
-               cpu: dict, label: str) -> RunOf:
-    """Warm up, then the sequential and the batch phase; release everything."""
+               cpu: dict, label: str, settle: Settle | None = None) -> RunOf:
+    """Warm up, then the sequential and the batch phase, releasing each before the next, so no
+    two live reservations share an ordered DTN pair. The pairs depend only on the seed: the
+    ledger-only run and the Mininet run use the same ones."""
+    order = ordered_pairs(dtns, random.Random(seed))
+    sequential_pairs = order[:sizes.sequential]
+    warmup_pairs = order[::-1]  # from the other end: none reused by the sequential phase unless it takes nearly all
+    batch_pairs = ordered_pairs(dtns, random.Random(seed + 1))[:sizes.batch]
     watcher = Watcher(address)
     watcher.start()
-    made: list[str] = []
+    alive: list[str] = []  # made and not yet released
     try:
         with TsdnClient(address, token=TOKEN, timeout=30) as client:
-            warm, warmup_failures = warm_up(client, watcher, dtns, sizes.warmup, random.Random(seed - 1))
-            made += warm
+            warmup_failures = warm_up(client, watcher, warmup_pairs, sizes.warmup, alive)
+            warmup_release = release_phase(address, alive, clients, settle)
             with cpu_use(pids, cpu, f"{label}_sequential"):
-                sequential = sequential_phase(client, watcher, dtns, sizes.sequential, random.Random(seed))
-            made += [s.id for s in sequential.samples if s.id]
+                sequential = sequential_phase(client, watcher, sequential_pairs, alive)
+        sequential_release = release_phase(address, alive, clients, settle)
         with cpu_use(pids, cpu, f"{label}_batch"):
-            batch = batch_phase(address, watcher, dtns, sizes.batch, clients, seed + 1)
-        made += [s.id for s in batch.samples if s.id]
+            batch = batch_phase(address, watcher, batch_pairs, clients, alive)
+        batch_release = release_phase(address, alive, clients, settle)
     finally:
-        release_s, release_failures = release_all(address, made, clients)
+        if alive:  # an error on the way: release what is left
+            release_all(address, alive, clients)
         watcher.stop()
-    return RunOf(sequential, batch, warmup_failures, release_s, release_failures, watcher.events, watcher.error)
+    return RunOf(sequential, batch, warmup_failures, warmup_release, sequential_release, batch_release,
+                 watcher.events, watcher.error)
 
 
 def by_quarter(phase: Phase) -> list[float | None]:
@@ -471,15 +547,23 @@ def run(quick: bool = False, sequential: int | None = None, batch: int | None = 
 
     setLogLevel("critical")  # not a line per shaped link ("sch_htb: quantum ... is big"); failures still raise
 
-    sizes = Sizes.for_run(quick, sequential, batch)
     topology = Topology.load(builtin_topology(TOPOLOGY))
     dtns = sorted(topology.dtns)
+    pairs = len(dtns) * (len(dtns) - 1)
+    sizes = Sizes.for_run(quick, sequential, batch, pairs)
     scale = default_scale(topology)
     facts = machine()
     cpu: dict[str, dict] = {}
-    say(f"setup: {TOPOLOGY} ({len(topology.switches)} switches, {len(dtns)} DTNs) in Mininet at scale {scale:g}; "
-        f"{sizes.sequential} sequential + {sizes.batch} at once from {clients} clients, "
-        f"{BANDWIDTH // M}M each, kept until the end")
+    say(f"setup: {TOPOLOGY} ({len(topology.switches)} switches, {len(dtns)} DTNs, {pairs} ordered pairs) in Mininet "
+        f"at scale {scale:g}; {sizes.warmup} warm-up, {sizes.sequential} sequential (kept until the phase ends), "
+        f"{sizes.batch} at once from {clients} clients, {BANDWIDTH // M}M each, one live reservation per ordered "
+        "DTN pair: each phase released before the next")
+    if sizes.sequential < sizes.sequential_asked:
+        say(f"  sequential: {sizes.sequential_asked} asked, but {TOPOLOGY} has only {pairs} ordered DTN pairs and "
+            f"they are all kept: {sizes.sequential}")
+    if sizes.batch < sizes.batch_asked:
+        say(f"  batch: {sizes.batch_asked} asked, but {TOPOLOGY} has only {pairs} ordered DTN pairs (one live "
+            f"reservation each): {sizes.batch} at once, and batch_1000_s is their time extrapolated linearly")
     with tempfile.TemporaryDirectory(prefix="tsdn-bench-setup-") as tmp:
         workdir = Path(tmp)
         ledger = ControllerProcess(workdir / "ledger", principal=PRINCIPAL, token=TOKEN)
@@ -518,19 +602,23 @@ def run(quick: bool = False, sequential: int | None = None, batch: int | None = 
                     time.sleep(0.2)  # polling a condition with a deadline
                 say(f"Mininet up and all {len(wanted)} switches connected in {time.perf_counter() - began:.1f} s")
                 pids = {"bench": None, "controller": controller.pid, "ovs-vswitchd": ovs_vswitchd_pid()}
-                switched = run_phases(address, dtns, sizes, clients, seed, pids, cpu, "mininet")
                 bridges = [net.topo.mn_name(s) for s in topology.switches]
-                released = time.perf_counter()
-                deadline = time.monotonic() + 60
-                while (flows_left := sum(_flow_count(b) for b in bridges)) and time.monotonic() < deadline:
-                    time.sleep(0.2)  # polling a condition with a deadline
-                flows_gone_s = time.perf_counter() - released if not flows_left else None
+                switched = run_phases(address, dtns, sizes, clients, seed, pids, cpu, "mininet",
+                                      settle=lambda: flows_gone(bridges))
         finally:
             controller.stop()
             if started_network:
                 mn_clean()
-    return result_of(sizes, clients, scale, topology, base, switched, flows_left, flows_gone_s, cpu, facts,
-                     quick)
+    return result_of(sizes, clients, scale, topology, base, switched, cpu, facts, quick)
+
+
+def flows_gone(bridges: list[str], timeout: float = 60.0) -> tuple[int, float | None]:
+    """Wait until no tsdn flow is left on `bridges`: (flows left, seconds it took or None)."""
+    began = time.perf_counter()
+    deadline = time.monotonic() + timeout
+    while (left := sum(_flow_count(b) for b in bridges)) and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling a condition with a deadline
+    return left, (time.perf_counter() - began if not left else None)
 
 
 def _flow_count(bridge: str) -> int:
@@ -540,9 +628,14 @@ def _flow_count(bridge: str) -> int:
     return sum(1 for line in out.splitlines() if "cookie=0x75d5" in line)
 
 
+def _round(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
+
+
 def result_of(sizes: Sizes, clients: int, scale: float, topology: Topology, base: RunOf, switched: RunOf,
-              flows_left: int, flows_gone_s: float | None, cpu: dict, facts: dict, quick: bool) -> dict:
+              cpu: dict, facts: dict, quick: bool) -> dict:
     seq, bat = switched.sequential, switched.batch
+    seq_release, bat_release = switched.sequential_release, switched.batch_release
     setup = latency_summary(seq.setup())
     base_setup = latency_summary(base.sequential.setup())
     batch_setup = latency_summary(bat.setup())
@@ -568,6 +661,8 @@ def result_of(sizes: Sizes, clients: int, scale: float, topology: Topology, base
         "failures": seq.failed() + seq.timed_out,
         "parts_ms": seq.parts(),
         "batch": sizes.batch,
+        "batch_asked": sizes.batch_asked,
+        "distinct_pairs": True,
         "clients": clients,
         "batch_s": round(bat.wall, 3) if bat.wall is not None else None,
         "batch_submitted_s": round(bat.submitted, 3) if bat.submitted is not None else None,
@@ -578,10 +673,13 @@ def result_of(sizes: Sizes, clients: int, scale: float, topology: Topology, base
         "batch_parts_ms": bat.parts(),
         "warmup": sizes.warmup,
         "warmup_failures": switched.warmup_failures,
-        "release_all_s": round(switched.release_s, 3),
-        "release_failures": switched.release_failures,
-        "flows_left_after_release": flows_left,
-        "flows_gone_after_release_s": round(flows_gone_s, 3) if flows_gone_s is not None else None,
+        "release_all_s": round(seq_release.seconds, 3),
+        "release_failures": switched.release_failures(),
+        "flows_gone_after_release_s": _round(seq_release.flows_gone_s),
+        "flows_left_after_sequential_release": seq_release.flows_left,
+        "batch_release_s": round(bat_release.seconds, 3),
+        "batch_flows_gone_after_release_s": _round(bat_release.flows_gone_s),
+        "flows_left_after_release": bat_release.flows_left,
         "ledger_only_p50_ms": base_setup["p50_ms"],
         "ledger_only_p99_ms": base_setup["p99_ms"],
         "ledger_only_max_ms": base_setup["max_ms"],
@@ -589,6 +687,7 @@ def result_of(sizes: Sizes, clients: int, scale: float, topology: Topology, base
         "ledger_only_batch_s": round(base.batch.wall, 3) if base.batch.wall is not None else None,
         "ledger_only_failures": base.sequential.failed() + base.batch.failed() + base.sequential.timed_out
         + base.batch.timed_out,
+        "ledger_only_release_failures": base.release_failures(),
         "errors": list(dict.fromkeys(seq.errors + bat.errors + base.sequential.errors + base.batch.errors))[:5],
         "watch_error": switched.watch_error or base.watch_error,
         "onos_ms_per_intent": ONOS_MS_PER_INTENT,
@@ -611,9 +710,13 @@ def result_of(sizes: Sizes, clients: int, scale: float, topology: Topology, base
         f"(replies in {result['batch_submitted_s']} s; {result['batch_active_per_s']} ACTIVE/s), "
         f"failures {result['batch_failures']}; ledger only {result['ledger_only_batch_s']} s")
     if sizes.batch != 1000:
-        say(f"  1,000 extrapolated linearly: {batch_1000} s")
-    say(f"release of all: {result['release_all_s']} s (RPCs); every tsdn flow gone "
-        f"{result['flows_gone_after_release_s']} s after that; left: {flows_left}")
+        why = (f" ({TOPOLOGY} has only {sizes.batch} ordered DTN pairs for {sizes.batch_asked})"
+               if sizes.batch < sizes.batch_asked else "")
+        say(f"  1,000 extrapolated linearly from {sizes.batch}{why}: {batch_1000} s")
+    say(f"release of the {seq_release.count} sequential: {result['release_all_s']} s (RPCs); every tsdn flow gone "
+        f"{result['flows_gone_after_release_s']} s after that; of the {bat_release.count} batch: "
+        f"{result['batch_release_s']} s, flows gone {result['batch_flows_gone_after_release_s']} s after; "
+        f"left at the end: {result['flows_left_after_release']}; release failures {result['release_failures']}")
     say(f"CPU cores busy (of {os.cpu_count()}): {cpu}")
     for error in result["errors"]:
         say(f"error: {error}")
@@ -637,11 +740,13 @@ def main(quick: bool = False, sequential: int | None = None, batch: int | None =
         if value is not None and value < 1:
             say(f"tsdn bench setup: {name} must be at least 1")
             return 2
+    began = time.perf_counter()
     try:
         result = run(quick=quick, sequential=sequential, batch=batch, clients=clients, seed=seed)
     except RuntimeError as error:
         say(f"tsdn bench setup: {error}")
         return 1
+    say(f"tsdn bench setup: done in {time.perf_counter() - began:.0f} s")
     with contextlib.suppress(BrokenPipeError):
         print(json.dumps(result), flush=True)
     return 0
