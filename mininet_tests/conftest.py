@@ -135,3 +135,33 @@ def controlled(network, tmp_path) -> Iterator[tuple[object, dict, object]]:
         yield net, cli_env(address, tmp_path), controller
     finally:
         controller.stop()
+
+
+@pytest.fixture
+def ring8():
+    """The ring8 `Topology`."""
+    from sdn_app.core.topology import Topology
+    from topologies import builtin_topology
+
+    return Topology.load(builtin_topology("ring8"))
+
+
+@pytest.fixture
+def fabric(network, ring8) -> Iterator[tuple[object, object]]:
+    """os-ken (a `Fabric`) in this process on a fresh port and ring8 in Mininet pointed at it,
+    every switch connected; yields (fabric, network)."""
+    from mininet_tests.controlled import free_port
+    from sdn_app.openflow.fabric import start_openflow
+    from topologies.mininet_builder import default_scale
+
+    scale = default_scale(ring8)
+    port = free_port()
+    fab = start_openflow(ring8, listen_port=port, scale=scale)
+    try:
+        net = network(ring8, scale=scale, controller=("127.0.0.1", port))
+        dpids = {s.dpid for s in ring8.switches.values()}
+        assert fab.wait_connected(dpids, timeout=30), \
+            f"only dpids {sorted(fab.connected())} of {sorted(dpids)} connected within 30 s"
+        yield fab, net
+    finally:
+        fab.stop()

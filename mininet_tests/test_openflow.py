@@ -11,9 +11,7 @@ is not connected is refused before anything is sent.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -36,20 +34,12 @@ from sdn_app.core.plans import (
     plan_steps,
 )
 from sdn_app.core.topology import Topology
-from sdn_app.openflow.fabric import Fabric, start_openflow
-from topologies import builtin_topology
-from topologies.mininet_builder import default_scale
 
 RID = "0123456789abcdef0123456789abcdef"
 G = 1_000_000_000
 BOOKED = 5 * G // 2  # 2.5G nominal: 5 Mbit/s at ring8's default scale (0.002)
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now (each test listens on its own)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(predicate, timeout: float, what: str):
@@ -96,27 +86,6 @@ def dtn1_to_dtn3(topology: Topology, bandwidth: int = BOOKED) -> FlowPlan:
     route = PathFinder(topology, Unbooked(topology)).route(PathRequest("dtn1", "dtn3", bandwidth, 0, 3600))
     assert route.primary.switches == ("s1", "s2", "s3")
     return plan_for(topology, RID, "dtn1", "dtn3", route, bandwidth)
-
-
-@pytest.fixture
-def ring8() -> Topology:
-    return Topology.load(builtin_topology("ring8"))
-
-
-@pytest.fixture
-def fabric(network, ring8) -> Iterator[tuple[Fabric, object]]:
-    """os-ken on a fresh port and ring8 in Mininet pointed at it, every switch connected."""
-    scale = default_scale(ring8)
-    port = free_port()
-    fab = start_openflow(ring8, listen_port=port, scale=scale)
-    try:
-        net = network(ring8, scale=scale, controller=("127.0.0.1", port))
-        dpids = {s.dpid for s in ring8.switches.values()}
-        assert fab.wait_connected(dpids, timeout=30), \
-            f"only dpids {sorted(fab.connected())} of {sorted(dpids)} connected within 30 s"
-        yield fab, net
-    finally:
-        fab.stop()
 
 
 def test_switches_connect_and_get_default_deny_and_arp_to_controller(fabric, ring8):

@@ -21,14 +21,12 @@ import dataclasses
 import json
 import re
 import signal
-import socket
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
 from mininet_tests.conftest import ALL_RING8_SWITCHES as ALL_SWITCHES
-from mininet_tests.controlled import DEADLINE, connected_bridges, pings, tsdn, tsdn_flows
+from mininet_tests.controlled import DEADLINE, connected_bridges, free_port, pings, tsdn, tsdn_flows
 from tests.waiting import wait_for
 
 pytest.importorskip("mininet.net", reason="Mininet system tests need the mininet Python package (Debian: mininet)")
@@ -50,18 +48,11 @@ from sdn_app.core.plans import (
 )
 from sdn_app.core.topology import Topology
 from sdn_app.openflow.encoder import held_meter
-from sdn_app.openflow.fabric import Fabric, start_openflow
-from topologies import builtin_topology
-from topologies.mininet_builder import default_scale
 
 G = 10**9
 STALE_COOKIE = COOKIE_TAG | 0xBAD
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ofctl(*args: str) -> str:
@@ -105,26 +96,6 @@ def add_stale_entries(bridge: str) -> None:
 
 
 # --- the fabric in this process ----------------------------------------------------------------
-
-
-@pytest.fixture
-def ring8() -> Topology:
-    return Topology.load(builtin_topology("ring8"))
-
-
-@pytest.fixture
-def fabric(network, ring8) -> Iterator[tuple[Fabric, object]]:
-    """os-ken on a fresh port and ring8 in Mininet pointed at it, every switch connected."""
-    scale = default_scale(ring8)
-    port = free_port()
-    fab = start_openflow(ring8, listen_port=port, scale=scale)
-    try:
-        net = network(ring8, scale=scale, controller=("127.0.0.1", port))
-        dpids = {s.dpid for s in ring8.switches.values()}
-        assert fab.wait_connected(dpids, timeout=30), f"only dpids {sorted(fab.connected())} connected"
-        yield fab, net
-    finally:
-        fab.stop()
 
 
 def test_a_switch_reads_back_as_the_plans_applied_and_a_right_switch_is_left_alone(fabric, ring8):

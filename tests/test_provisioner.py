@@ -18,6 +18,7 @@ from sdn_app.core.reservations import Change, Principal, ReservationBook, Role, 
 from sdn_app.core.topology import Topology
 from sdn_app.worker import CoreWorker, Provisioner, Reconcile
 from tests.flowtable import FlowTables, TableError, delivered
+from tests.switched import switched_ring8
 from tests.waiting import wait_for
 from topologies import builtin_topology
 
@@ -144,10 +145,8 @@ def test_max_batch_must_be_positive() -> None:
 
 @pytest.fixture
 def core(tmp_path):
-    topology = Topology.load(builtin_topology("ring8"))
-    clock = FakeClock()
-    ledger = Ledger(topology.capacities(), tmp_path / "t.db", clock)
-    book = ReservationBook(topology, ledger, clock, provisioning=True)
+    env = switched_ring8(tmp_path)
+    topology, clock, ledger, book = env.topology, env.clock, env.ledger, env.book
     fabric = TablesFabric(topology)
     fabric.connected = {"s1"}
     worker = CoreWorker(book, fabric)

@@ -4,36 +4,20 @@ recovery when capacity returns."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import InvalidArgument, NoCapacity
 from sdn_app.core.ledger import Ledger
-from sdn_app.core.paths import PathRequest
 from sdn_app.core.reservations import PathChoice, Principal, ReservationBook, Role, State
-from sdn_app.core.topology import Topology
-from tests.flowtable import FlowTables, delivered
-from topologies import builtin_topology
+from tests.flowtable import delivered
+from tests.switched import G, request, switched_ring8
 
-G = 10**9
 RUCIO = Principal("rucio", Role.SERVICE)
 
 
 @pytest.fixture
 def env(tmp_path):
-    topology = Topology.load(builtin_topology("ring8"))
-    clock = FakeClock()
-    ledger = Ledger(topology.capacities(), tmp_path / "t.db", clock)
-    book = ReservationBook(topology, ledger, clock, provisioning=True)
-    return SimpleNamespace(topology=topology, clock=clock, ledger=ledger, book=book, tables=FlowTables(topology),
-                           path=tmp_path / "t.db")
-
-
-def request(clock, src="dtn1", dst="dtn3", bandwidth=10 * G, start=0.0, duration=3600.0, **more):
-    begin = clock.now() + start
-    return PathRequest(src, dst, bandwidth, begin, begin + duration, **more)
+    return switched_ring8(tmp_path)
 
 
 def confirm(env):

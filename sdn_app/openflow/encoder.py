@@ -261,15 +261,20 @@ def table_miss_drop(dp: Any, table_id: int = 0) -> Any:
                              match=parser.OFPMatch(), instructions=[])
 
 
-def arp_to_controller(dp: Any, table_id: int = 0) -> Any:
-    """Priority 1: every ARP packet goes whole to the controller (which answers for DTNs)."""
+def _to_controller(dp: Any, eth_type: int, priority: int, table_id: int) -> Any:
+    """Cookie 0 (never a reservation's): every frame of `eth_type` goes whole to the controller."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     action = parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
     return parser.OFPFlowMod(dp, cookie=0, table_id=table_id, command=ofp.OFPFC_ADD,
-                             priority=ARP_PRIORITY, buffer_id=ofp.OFP_NO_BUFFER,
+                             priority=priority, buffer_id=ofp.OFP_NO_BUFFER,
                              out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                             match=parser.OFPMatch(eth_type=ETH_TYPE_ARP),
+                             match=parser.OFPMatch(eth_type=eth_type),
                              instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [action])])
+
+
+def arp_to_controller(dp: Any, table_id: int = 0) -> Any:
+    """Priority 1: every ARP packet goes whole to the controller (which answers for DTNs)."""
+    return _to_controller(dp, ETH_TYPE_ARP, ARP_PRIORITY, table_id)
 
 
 def arp_reply(dp: Any, in_port: int, *, asker_mac: str, asker_ip: str, target_mac: str, target_ip: str) -> Any:
@@ -301,13 +306,7 @@ _CHASSIS_PREFIX = b"dpid:"
 
 def lldp_to_controller(dp: Any, table_id: int = 0) -> Any:
     """Priority 1, cookie 0: every LLDP frame goes whole to the controller (link verification)."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    action = parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)
-    return parser.OFPFlowMod(dp, cookie=0, table_id=table_id, command=ofp.OFPFC_ADD,
-                             priority=LLDP_PRIORITY, buffer_id=ofp.OFP_NO_BUFFER,
-                             out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                             match=parser.OFPMatch(eth_type=ETH_TYPE_LLDP),
-                             instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [action])])
+    return _to_controller(dp, ETH_TYPE_LLDP, LLDP_PRIORITY, table_id)
 
 
 def lldp_frame(dpid: int, port: int, src_mac: str) -> bytes:

@@ -1,0 +1,34 @@
+"""A reservation book on ring8 that controls switches, with simulated flow tables to apply its
+changes to: the setting of the provisioning, reroute and provisioner tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from sdn_app.core.clock import FakeClock
+from sdn_app.core.ledger import Ledger
+from sdn_app.core.paths import PathRequest
+from sdn_app.core.reservations import ReservationBook
+from sdn_app.core.topology import Topology
+from tests.flowtable import FlowTables
+from topologies import builtin_topology
+
+G = 10**9
+
+
+def switched_ring8(tmp_path: Path) -> SimpleNamespace:
+    """topology, clock, ledger (at `path`), book (provisioning) and empty `tables` for ring8."""
+    topology = Topology.load(builtin_topology("ring8"))
+    clock = FakeClock()
+    path = tmp_path / "t.db"
+    ledger = Ledger(topology.capacities(), path, clock)
+    book = ReservationBook(topology, ledger, clock, provisioning=True)
+    return SimpleNamespace(topology=topology, clock=clock, ledger=ledger, book=book, tables=FlowTables(topology),
+                           path=path)
+
+
+def request(clock, src="dtn1", dst="dtn3", bandwidth=10 * G, start=0.0, duration=3600.0, **more) -> PathRequest:
+    """A request from `start` seconds after now, lasting `duration`."""
+    begin = clock.now() + start
+    return PathRequest(src, dst, bandwidth, begin, begin + duration, **more)
