@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sdn_app.cli import bench, controller, path, topo
+from sdn_app.cli import agent, bench, controller, path, topo
 from sdn_app.cli.output import fail
 from sdn_app.core.errors import TsdnError
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     path.register(commands)
     controller.register(commands)
     bench.register(commands)
+    agent.register(commands)
     return parser
 
 

@@ -1,0 +1,106 @@
+"""`tsdn agent ...`: what a DTN is (NICs, PCIe, RDMA, NUMA) and whether it is tuned for WAN transfers."""
+
+from __future__ import annotations
+
+import argparse
+
+from sdn_app.cli.output import EXIT_REFUSED, print_json, table
+from sdn_app.core.units import format_bandwidth
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `agent` and its subcommands."""
+    parser = commands.add_parser("agent", help="on a DTN: host facts and preflight tuning checks")
+    sub = parser.add_subparsers(dest="agent_command", metavar="SUBCOMMAND", required=True)
+
+    facts = sub.add_parser("facts", help="NICs (speed, MTU, NUMA, PCIe, usable capacity), RDMA devices, CPUs")
+    facts.add_argument("--json", action="store_true", help="machine-readable output")
+    facts.add_argument("--root", default="/", metavar="DIR", help="read /sys and /proc under DIR (default: /)")
+    facts.add_argument("--all", action="store_true", help="include virtual interfaces (veths, bridges, tun)")
+    facts.set_defaults(run=run_facts)
+
+    preflight = sub.add_parser("preflight", help="fasterdata-style tuning checks; exit 1 if any check fails")
+    preflight.add_argument("--json", action="store_true", help="machine-readable output")
+    preflight.add_argument("--root", default="/", metavar="DIR", help="read /sys and /proc under DIR (default: /)")
+    preflight.add_argument("--nic", metavar="NAME", help="check this NIC only (default: every physical NIC)")
+    preflight.set_defaults(run=run_preflight)
+
+
+def _bw(bps: int | None) -> str:
+    return "unknown" if bps is None else format_bandwidth(bps)
+
+
+def run_facts(args: argparse.Namespace) -> int:
+    """`tsdn agent facts [--json] [--root DIR] [--all]`."""
+    from dtn_agent.host import format_cpulist, read_host_facts
+
+    facts = read_host_facts(args.root, include_virtual=args.all)
+    if args.json:
+        print_json(facts.to_dict())
+        return 0
+    nodes = len(facts.numa_nodes)
+    print(f"host {facts.hostname or 'unknown'} (kernel {facts.kernel or 'unknown'}): "
+          f"{len(facts.cpus_online)} CPUs online ({format_cpulist(facts.cpus_online) or 'unknown'}), "
+          f"{nodes} NUMA node{'s' if nodes != 1 else ''}")
+    for node, cpus in facts.numa_nodes.items():
+        print(f"  node{node}: CPUs {format_cpulist(cpus) or 'none'}")
+    print()
+    if facts.nics:
+        rows = []
+        for nic in facts.nics:
+            pcie = nic.pcie
+            rows.append((
+                nic.name, nic.kind, nic.operstate, _bw(nic.speed_bps), nic.mtu or "unknown",
+                "unknown" if nic.numa_node is None else nic.numa_node,
+                format_cpulist(nic.local_cpus) or "-", nic.driver or "-",
+                f"{pcie.address} {pcie.describe()}" if pcie else "-",
+                _bw(nic.capacity_bps), nic.limit, ",".join(nic.rdma_devices) or "-",
+            ))
+        print(table(["NIC", "KIND", "STATE", "SPEED", "MTU", "NUMA", "LOCAL_CPUS", "DRIVER", "PCIE", "CAPACITY",
+                     "LIMIT", "RDMA"], rows))
+    else:
+        print("no NICs" + ("" if args.all else " with a device (use --all to list virtual interfaces)"))
+    if facts.rdma:
+        print()
+        rows = []
+        for device in facts.rdma:
+            netdevs = ",".join(device.netdevs) or "-"
+            if not device.ports:
+                rows.append((device.name, "-", "unknown", "unknown", "unknown", netdevs))
+            for port in device.ports:
+                rows.append((device.name, port.port, port.state or "unknown", port.rate or "unknown",
+                             port.link_layer or "unknown", ",".join(port.netdevs) or netdevs))
+        print(table(["RDMA", "PORT", "STATE", "RATE", "LINK_LAYER", "NETDEV"], rows))
+    if facts.warnings:
+        print()
+        for warning in facts.warnings:
+            print(f"warning: {warning}")
+    notes = facts.notes + [f"{nic.name}: {note}" for nic in facts.nics for note in nic.notes]
+    if notes:
+        print()
+        for note in notes:
+            print(f"note: {note}")
+    return 0
+
+
+def run_preflight(args: argparse.Namespace) -> int:
+    """`tsdn agent preflight [--json] [--root DIR] [--nic NAME]`: exit 1 when any check fails."""
+    from dtn_agent.preflight import run_preflight as preflight
+
+    report = preflight(args.root, nic=args.nic)
+    code = EXIT_REFUSED if report.failed else 0
+    if args.json:
+        print_json(report.to_dict())
+        return code
+    print(table(["CHECK", "SUBJECT", "STATUS", "FOUND", "RECOMMENDED"],
+                [(c.name, c.subject, c.status.upper(), c.found, c.recommended) for c in report.checks]))
+    details = [c for c in report.checks if c.status != "pass" and c.detail]
+    if details:
+        print()
+        for c in details:
+            subject = "" if c.subject == "host" else f" ({c.subject})"
+            print(f"{c.status}: {c.name}{subject}: {c.detail}")
+    counts = report.counts()
+    print()
+    print(f"{report.basis_note}; " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    return code
