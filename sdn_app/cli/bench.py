@@ -33,6 +33,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                                              "the fast-failover gap, on sc16 in Mininet (needs root, Mininet, OVS)")
     reroute.add_argument("--quick", action="store_true", help="fewer rounds; finishes in under 2 min")
     reroute.set_defaults(run=run_reroute)
+    transfer = sub.add_parser("transfer", help="builtin transfer engine against iperf3 on loopback (1, 2, 4 streams), "
+                                               "and disk-to-disk on tmpfs against memory-to-memory")
+    transfer.add_argument("--quick", action="store_true", help="fewer, shorter rounds; finishes in under 60 s")
+    transfer.set_defaults(run=run_transfer)
 
 
 def run_paths(args: argparse.Namespace) -> int:
@@ -59,5 +63,12 @@ def run_setup(args: argparse.Namespace) -> int:
 def run_reroute(args: argparse.Namespace) -> int:
     """`tsdn bench reroute [--quick]`."""
     from benchmarks.reroute import main
+
+    return main(quick=args.quick)
+
+
+def run_transfer(args: argparse.Namespace) -> int:
+    """`tsdn bench transfer [--quick]`."""
+    from benchmarks.transfer import main
 
     return main(quick=args.quick)

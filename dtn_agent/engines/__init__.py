@@ -1,0 +1,84 @@
+"""Transfer engines: what moves the bytes between two DTNs, behind one small interface.
+
+An engine runs one side of one transfer at a time: `receive` on the destination DTN (it listens,
+takes the data and, for files, writes and verifies them) and `send` on the source DTN. Both
+sides describe the transfer with the same `TransferJob`, call `reports` once per interval with a
+`RateReport` while bytes flow, and return a `TransferResult` whose `report` is the final
+summary (`final=True`). A transfer that fails (peer gone, checksum mismatch, protocol error)
+returns `ok=False` with an error a person can act on; a job that cannot be run at all (no size
+and no files, a receiver without a destination) raises `ValueError` before any traffic.
+
+Engines: `builtin` (this project's multi-stream TCP engine, `dtn_agent.engines.builtin`), and
+wrappers around external tools in sibling modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from dtn_agent.reports import RateReport, TransferResult
+
+ReportSink = Callable[[RateReport], None]
+"""Where an engine hands each `RateReport`, from one of its own threads."""
+
+ReadyCallback = Callable[[tuple[str, int]], None]
+"""Called by a receiver with the (host, port) it listens on, before it waits for the sender."""
+
+
+@dataclass(frozen=True)
+class TransferJob:
+    """One transfer, as both of its sides see it.
+
+    Memory-to-memory when `size` is set (that many bytes, produced and discarded in memory);
+    disk-to-disk when `files` is set on the sender (files and directories, sent with their
+    names relative to their parent) and `destination` on the receiver.
+    """
+
+    transfer_id: str
+    host: str  # sender: the receiver's address; receiver: the address to listen on
+    port: int  # receiver: 0 listens on any free port (passed to `ready`)
+    streams: int = 1
+    size: int | None = None  # bytes, memory-to-memory
+    files: tuple[Path, ...] = ()  # sender: files or directories to send
+    destination: Path | None = None  # receiver: the directory files land in
+    pacing_bps: int | None = None  # all streams together; None: unpaced
+    cpus: tuple[int, ...] | None = None  # pin the engine's threads to these CPUs; None: not pinned
+
+    def check(self, side: str) -> None:
+        """Raise ValueError naming what is wrong with this job for `side` ("send" or "receive")."""
+        if not self.transfer_id:
+            raise ValueError("transfer job needs a transfer_id")
+        if not 1 <= self.streams <= 256:
+            raise ValueError(f"streams must be between 1 and 256, not {self.streams}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be between 0 and 65535, not {self.port}")
+        if self.pacing_bps is not None and self.pacing_bps <= 0:
+            raise ValueError(f"pacing_bps must be positive, not {self.pacing_bps}")
+        if self.cpus is not None and not self.cpus:
+            raise ValueError("cpus, when given, must name at least one CPU")
+        if side == "send":
+            if (self.size is None) == (not self.files):
+                raise ValueError("a sending job needs exactly one of size (memory-to-memory) and files (disk)")
+            if self.size is not None and self.size < 0:
+                raise ValueError(f"size must not be negative, not {self.size}")
+            if self.port == 0:
+                raise ValueError("a sending job needs the receiver's port, not 0")
+        elif side != "receive":
+            raise ValueError(f"side must be 'send' or 'receive', not {side!r}")
+
+
+class Engine(Protocol):
+    """A transfer engine: one side of one transfer per call."""
+
+    name: str
+
+    def receive(self, job: TransferJob, reports: ReportSink, ready: ReadyCallback | None = None) -> TransferResult:
+        """Listen on `job.host`:`job.port`, take one transfer and return how it ended."""
+        ...
+
+    def send(self, job: TransferJob, reports: ReportSink) -> TransferResult:
+        """Send `job` to the receiver at `job.host`:`job.port` and return how it ended."""
+        ...
