@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dtn_agent.pinning import parse_cpulist
 from sdn_app.core.errors import InvalidArgument
 
 # GT/s per lane -> (generation, fraction of the raw rate left after line encoding)
@@ -145,44 +146,6 @@ class HostFacts:
 # parsing helpers: pure functions on text
 
 
-def parse_cpulist(text: str) -> list[int]:
-    """CPUs of a kernel cpulist such as "0-3,8-11" or "0,2,4-6:2"; ValueError when malformed.
-
-    >>> parse_cpulist("0-3,8-11")
-    [0, 1, 2, 3, 8, 9, 10, 11]
-    """
-    text = text.strip()
-    if not text:
-        return []
-    cpus: set[int] = set()
-    for part in text.split(","):
-        part = part.strip()
-        match = re.fullmatch(r"(\d+)(?:-(\d+)(?::(\d+))?)?", part)
-        if not match:
-            raise ValueError(f"not a cpulist: {text!r}")
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) else first
-        step = int(match.group(3)) if match.group(3) else 1
-        if last < first or step < 1:
-            raise ValueError(f"not a cpulist: {text!r}")
-        cpus.update(range(first, last + 1, step))
-    return sorted(cpus)
-
-
-def format_cpulist(cpus: list[int]) -> str:
-    """The compact cpulist of `cpus`: [0, 1, 2, 3, 8] -> "0-3,8"."""
-    ranges: list[str] = []
-    ordered = sorted(set(cpus))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(ranges)
-
-
 def parse_link_speed(text: str) -> float | None:
     """GT/s per lane of a sysfs link speed ("8.0 GT/s PCIe", "2.5 GT/s"); None for "Unknown".
 
@@ -270,7 +233,7 @@ class _Reader:
         if raw is None:
             return []
         try:
-            return parse_cpulist(raw)
+            return list(parse_cpulist(raw))
         except ValueError:
             self.notes.append(f"{what}: unknown: {self.show(path)} holds {raw[:40]!r}, not a cpulist")
             return []

@@ -12,7 +12,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from dtn_agent.host import HostFacts, Nic, format_cpulist, read_host_facts
+from dtn_agent.host import HostFacts, Nic, read_host_facts
+from dtn_agent.pinning import format_cpulist
 
 PASS, WARN, FAIL, UNKNOWN = "pass", "warn", "fail", "unknown"
 

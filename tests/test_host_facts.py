@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dtn_agent.host import format_cpulist, parse_cpulist, parse_link_speed, pcie_usable_bps, read_host_facts
+from dtn_agent.host import parse_link_speed, pcie_usable_bps, read_host_facts
 from sdn_app.core.errors import InvalidArgument
 from tests.fake_sysfs import FakeHost
 
@@ -22,17 +22,6 @@ def tsdn(*args):
 @pytest.fixture
 def host(tmp_path) -> FakeHost:
     return FakeHost(tmp_path / "root").cpus("0-31", {0: "0-15", 1: "16-31"})
-
-
-def test_cpulist_syntax():
-    assert parse_cpulist("0-3,8-11") == [0, 1, 2, 3, 8, 9, 10, 11]
-    assert parse_cpulist("5") == [5]
-    assert parse_cpulist("0-6:2") == [0, 2, 4, 6]
-    assert parse_cpulist("") == []
-    assert format_cpulist([0, 1, 2, 3, 8, 9, 10, 11, 20]) == "0-3,8-11,20"
-    for bad in ("a-b", "3-1", "0,,1", "1-"):
-        with pytest.raises(ValueError):
-            parse_cpulist(bad)
 
 
 def test_link_speed_and_encoding():

@@ -32,7 +32,8 @@ def _bw(bps: int | None) -> str:
 
 def run_facts(args: argparse.Namespace) -> int:
     """`tsdn agent facts [--json] [--root DIR] [--all]`."""
-    from dtn_agent.host import format_cpulist, read_host_facts
+    from dtn_agent.host import read_host_facts
+    from dtn_agent.pinning import format_cpulist
 
     facts = read_host_facts(args.root, include_virtual=args.all)
     if args.json:
