@@ -39,6 +39,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from sdn_app.core.advisor import AfterMove, RateAdvisor, Underperforming
 from sdn_app.core.clock import Clock
 from sdn_app.core.errors import (
     AlreadyExists,
@@ -172,7 +173,8 @@ class Availability:
 class ReservationBook:
     """Every reservation of one controller; not thread-safe: one owner calls it."""
 
-    def __init__(self, topology: Topology, ledger: Ledger, clock: Clock, provisioning: bool = False):
+    def __init__(self, topology: Topology, ledger: Ledger, clock: Clock, provisioning: bool = False,
+                 advisor: RateAdvisor | None = None):
         """Load the reservations kept in the ledger's database and reconcile them with it.
 
         With `provisioning`, switches are controlled: a reservation whose window starts waits in
@@ -184,6 +186,7 @@ class ReservationBook:
         self.clock = clock
         self.provisioning = provisioning
         self.finder = PathFinder(topology, ledger)
+        self.advisor = advisor or RateAdvisor()
         self._plans: dict[str, FlowPlan] = {}
         self._tokens: dict[str, int] = {}  # reservation -> token of its latest confirmed change
         self._awaiting_reconcile: dict[str, set[str]] = {}  # caught mid-change at start-up -> switches left
@@ -380,6 +383,58 @@ class ReservationBook:
         self._remember(new)
         self._record(old.state, new)
 
+    # -- rates ---------------------------------------------------------------------------
+
+    def report_rate(self, principal: Principal, name: str, achieved_bps: float) -> Reservation:
+        """One per-second report of the rate a transfer on reservation `name` achieves.
+
+        After `advisor.consecutive` reports in a row below `advisor.threshold` x the booking,
+        the reservation moves (make-before-break) to the best path avoiding its current links
+        that has room, or, when none has, is marked congested; the rate after a move is
+        reported once known. Each decision is an event whose reason gives the rates.
+        """
+        if principal.role not in (Role.AGENT, Role.ADMIN, Role.SERVICE):
+            raise PermissionDenied(f"principal {principal.name!r} (role {principal.role}) may not report rates")
+        reservation = self._find(name)
+        if principal.role is Role.SERVICE and reservation.owner != principal.name:
+            raise PermissionDenied(f"{reservation.name} belongs to another principal")
+        if isinstance(achieved_bps, bool) or not isinstance(achieved_bps, int | float) \
+                or not math.isfinite(achieved_bps) or achieved_bps < 0:
+            raise InvalidArgument(f"achieved_bps: must be a finite rate of zero or more, got {achieved_bps!r}")
+        if reservation.state is not State.ACTIVE:
+            return reservation  # installing, moving or degraded: its rate says nothing about the path
+        booked = reservation.request.bandwidth
+        advice = self.advisor.observe(reservation.id, booked, achieved_bps)
+        if isinstance(advice, Underperforming):
+            return self._relieve(reservation, advice)
+        if isinstance(advice, AfterMove):
+            return self._note(reservation, f"after the move: {format_bandwidth(int(advice.after_bps))} achieved "
+                                           f"(was {format_bandwidth(int(advice.before_bps))}, "
+                                           f"booked {format_bandwidth(booked)})")
+        return reservation
+
+    def _relieve(self, old: Reservation, advice: Underperforming) -> Reservation:
+        """Move an underperforming reservation off its links, or say it is congested."""
+        assert old.route is not None
+        rates = (f"achieved {format_bandwidth(int(advice.achieved_bps))} of {format_bandwidth(advice.booked_bps)} "
+                 f"booked for {self.advisor.consecutive} reports")
+        avoiding = replace(old.request, exclude=(*old.request.exclude, *old.route.primary.links))
+        try:
+            route = self.finder.route(avoiding, ignore=old.id)
+        except (NoCapacity, FailedPrecondition, InvalidArgument) as refusal:
+            return self._note(old, f"congested: {rates}; no alternate path has room: {refusal}")
+        moved = self._move(old, route, f"congested: {rates}; moving to {route.primary.describe()}")
+        self.advisor.moved(old.id, advice.achieved_bps)
+        return moved
+
+    def _note(self, old: Reservation, reason: str) -> Reservation:
+        """Record `reason` on `old` without changing its state (an event for watchers)."""
+        new = replace(old, updated=self.clock.now(), reason=reason)
+        self.ledger.write(lambda db: _update(db, new))
+        self._remember(new)
+        self._record(old.state, new)
+        return new
+
     # -- links ---------------------------------------------------------------------------
 
     def set_link_state(self, link: str, up: bool, reason: str = "") -> None:
@@ -446,6 +501,7 @@ class ReservationBook:
         request = request or old.request
         now = self.clock.now()
         installed = old.id in self._plans
+        self.advisor.forget(old.id)  # its rates so far were on the old path
         state = State.MOVING if installed else old.state
         new = replace(old, request=request, route=route, state=state, updated=now, reason=reason)
         self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end, directions=route.direction_ids,
@@ -507,6 +563,7 @@ class ReservationBook:
             self._plan_ids.release(reservation_id)
         self._tokens.pop(reservation_id, None)
         self._awaiting_reconcile.pop(reservation_id, None)
+        self.advisor.forget(reservation_id)
 
     def _queue(self, reservation_id: str, steps: list[Step], confirm: bool) -> None:
         """Hand steps to the adapter; a confirmed change supersedes earlier reports."""
