@@ -10,7 +10,12 @@ Tokens file (YAML), readable only by the controller's user:
         role: admin               # everything
         sha256: "9f86d08..."      # or store only the token's SHA-256 (hex)
       - principal: dtn-caltech-1
-        role: agent               # DTN agents: reports only, no reservations
+        role: agent               # DTN agents: register, heartbeat, report; no reservations
+        dtn: caltech-a-dtn1       # optional: the one DTN this agent token may act for
+
+An agent token with `dtn:` may register and heartbeat for that DTN only; an agent token
+without it may act for any DTN of the topology (fine in a lab, not at a show). `dtn:` is
+accepted on agent tokens only.
 
 Without a tokens file the controller runs in development mode: allowed only on a loopback
 address, every caller is the admin `dev`, and the start-up log says so loudly.
@@ -45,11 +50,14 @@ class _TokenEntry(BaseModel):
     role: Role
     token: Annotated[str, Field(min_length=MIN_TOKEN_LENGTH, max_length=512, pattern=r"^[\x21-\x7e]+$")] | None = None
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    dtn: Annotated[str, Field(min_length=1, max_length=128)] | None = None
 
     @model_validator(mode="after")
     def _one_secret(self) -> _TokenEntry:
         if (self.token is None) == (self.sha256 is None):
             raise ValueError("give exactly one of token or sha256")
+        if self.dtn is not None and self.role is not Role.AGENT:
+            raise ValueError(f"dtn is for agent tokens only (this one has role {self.role})")
         return self
 
     @property
@@ -80,9 +88,16 @@ def _digest(token: str) -> str:
 class Authenticator:
     """Maps `authorization: Bearer <token>` metadata to a `Principal`."""
 
-    def __init__(self, principals_by_digest: dict[str, Principal] | None):
-        """`None` means development mode: no tokens, every caller is `DEV_PRINCIPAL`."""
+    def __init__(self, principals_by_digest: dict[str, Principal] | None,
+                 agent_dtns: dict[str, str] | None = None):
+        """`None` means development mode: no tokens, every caller is `DEV_PRINCIPAL`.
+        `agent_dtns` maps an agent principal to the one DTN it may act for."""
         self._by_digest = principals_by_digest
+        self.agent_dtns: dict[str, str] = dict(agent_dtns or {})
+
+    def bound_dtn(self, principal: Principal) -> str | None:
+        """The only DTN `principal` may act for as an agent; None: any (no `dtn:` in its token)."""
+        return self.agent_dtns.get(principal.name) if principal.role is Role.AGENT else None
 
     @property
     def development_mode(self) -> bool:
@@ -106,11 +121,17 @@ class Authenticator:
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             log.warning("tokens file %s is readable by other users; chmod 600 it", source)
         by_digest: dict[str, Principal] = {}
+        agent_dtns: dict[str, str | None] = {}
         for i, entry in enumerate(parsed.tokens):
             if entry.digest in by_digest:
                 raise InvalidArgument(f"{source}: tokens[{i}]: the same token is given twice")
             by_digest[entry.digest] = Principal(entry.principal, entry.role)
-        return cls(by_digest)
+            if entry.role is Role.AGENT:
+                if entry.principal in agent_dtns and agent_dtns[entry.principal] != entry.dtn:
+                    raise InvalidArgument(f"{source}: tokens[{i}]: agent {entry.principal} is given another "
+                                          f"dtn than in an earlier entry ({agent_dtns[entry.principal]!r})")
+                agent_dtns[entry.principal] = entry.dtn
+        return cls(by_digest, {p: dtn for p, dtn in agent_dtns.items() if dtn is not None})
 
     def authenticate(self, metadata: Sequence[tuple[str, str | bytes]]) -> Principal:
         """The principal whose token is in `metadata`, or `Unauthenticated` saying what is wrong."""

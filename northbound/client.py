@@ -23,6 +23,8 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from northbound.convert import timestamp_out
+from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
+from northbound.proto.tsdn.v1 import agent_pb2_grpc as agent_grpc
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc as pb_grpc
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
@@ -61,6 +63,7 @@ class TsdnClient:
         self.backoff = backoff
         self._bandwidth = pb_grpc.BandwidthServiceStub(self._channel)
         self._topology = topo_grpc.TopologyServiceStub(self._channel)
+        self._agents = agent_grpc.AgentServiceStub(self._channel)
 
     def __enter__(self) -> TsdnClient:
         return self
@@ -179,6 +182,37 @@ class TsdnClient:
     def get_topology_status(self) -> topo_pb.TopologyStatus:
         """The real network against the topology: switch connections, link states, wiring mismatches."""
         return self._call(self._topology.GetTopologyStatus, topo_pb.GetTopologyStatusRequest())
+
+    # -- AgentService --------------------------------------------------------------------
+
+    def register_agent(self, dtn: str, facts: agent_pb.HostFacts) -> agent_pb.Agent:
+        """Register this host as the agent of DTN `dtn` (again: replaces its facts)."""
+        return self._call(self._agents.RegisterAgent, agent_pb.RegisterAgentRequest(dtn=dtn, facts=facts))
+
+    def heartbeat(self, dtn: str) -> agent_pb.Agent:
+        """Tell the controller the agent of `dtn` is alive (NOT_FOUND: register again)."""
+        return self._call(self._agents.Heartbeat, agent_pb.HeartbeatRequest(dtn=dtn))
+
+    def list_agents(self) -> list[agent_pb.Agent]:
+        """Every agent the controller knows, by DTN."""
+        return list(self._call(self._agents.ListAgents, agent_pb.ListAgentsRequest()).agents)
+
+    def get_agent(self, name: str) -> agent_pb.Agent:
+        """The agent `agents/{dtn}` (or of DTN `name`)."""
+        return self._call(self._agents.GetAgent, agent_pb.GetAgentRequest(name=name))
+
+    def watch_agents(self, include_existing: bool = False,
+                     timeout: float | None = None) -> Iterator[agent_pb.AgentEvent]:
+        """Stream agent events until the server ends it, `timeout` passes, or the caller stops."""
+        stream = self._agents.WatchAgents(agent_pb.WatchAgentsRequest(include_existing=include_existing),
+                                          timeout=timeout, metadata=self._metadata)
+        try:
+            yield from stream
+        except grpc.RpcError as error:
+            if error.code() is not grpc.StatusCode.CANCELLED:
+                raise ApiError(error.code(), error.details() or error.code().name) from None
+        finally:
+            stream.cancel()
 
 
 def _name(name: str) -> str:

@@ -11,9 +11,18 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from northbound.agent_servicer import AgentServicer
 from northbound.auth import Authenticator, is_loopback
-from northbound.proto.tsdn.v1 import bandwidth_pb2, bandwidth_pb2_grpc, topology_pb2, topology_pb2_grpc
+from northbound.proto.tsdn.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    bandwidth_pb2,
+    bandwidth_pb2_grpc,
+    topology_pb2,
+    topology_pb2_grpc,
+)
 from northbound.servicers import BandwidthServicer, TopologyServicer
+from sdn_app.core.agents import DEFAULT_HEARTBEAT_TIMEOUT, AgentRegistry
 from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
 from sdn_app.core.ledger import Ledger
@@ -25,6 +34,7 @@ log = logging.getLogger(__name__)
 SERVICES = (
     bandwidth_pb2.DESCRIPTOR.services_by_name["BandwidthService"].full_name,
     topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,
+    agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
 )
 RPC_THREADS = 64  # each open WatchReservations stream holds one
 
@@ -42,6 +52,7 @@ class ControllerConfig:
     client_ca: Path | None = None
     listen_openflow: str | None = None  # None: no switches, reservations are booked in the ledger only
     emulation_scale: float = 1.0  # meters carry nominal rate x scale (Mininet); 1 on real switches
+    agent_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT  # seconds without a heartbeat before an agent is LOST
     clock: Clock = field(default_factory=SystemClock)
 
 
@@ -94,6 +105,11 @@ class Controller:
         if not 0 < config.emulation_scale <= 1:
             raise InvalidArgument(f"--emulation-scale: must be in (0, 1], got {config.emulation_scale}")
         self.topology = Topology.load(config.topology)
+        self.agents = AgentRegistry(self.topology, config.clock, config.agent_timeout)
+        for principal, dtn in sorted(self.auth.agent_dtns.items()):
+            if dtn not in self.topology.dtns:
+                raise InvalidArgument(f"{config.tokens}: agent {principal}: dtn {dtn!r} is not a DTN of "
+                                      f"topology {self.topology.name}")
         self.ledger = Ledger(self.topology.capacities(), config.state, config.clock)
         self.fabric = None
         try:
@@ -107,7 +123,7 @@ class Controller:
         except BaseException:
             self.ledger.close()
             raise
-        self.worker = CoreWorker(self.book, self.fabric)
+        self.worker = CoreWorker(self.book, self.fabric, tickers=(self.agents,))
         self.health = health.HealthServicer()
         self.server = grpc.server(ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="grpc"),
                                   options=[("grpc.so_reuseport", 0)])
@@ -115,6 +131,8 @@ class Controller:
                                                                   self.server)
         topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(self.worker, self.auth, self.fabric),
                                                                 self.server)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.worker, self.auth, self.agents),
+                                                          self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
@@ -155,7 +173,7 @@ class Controller:
     def stop(self, grace: float = 2.0) -> None:
         """Stop serving (in-flight calls get `grace` seconds), stop the worker, close the database."""
         self.health.enter_graceful_shutdown()
-        self.worker.hub.close_all()
+        self.worker.close_watchers()
         self.server.stop(grace).wait(grace + 1)
         self.worker.stop()
         if self.fabric is not None:

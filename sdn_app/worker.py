@@ -9,6 +9,9 @@ With switches (a fabric), the `Provisioner` applies the book's OpenFlow changes 
 its own thread, and reconciles each switch when it connects: the fabric's
 `on_switch_connected` queues, through this thread, a job holding what the switch should hold,
 behind every change queued before it.
+
+Other core state with deadlines (the agent registry) joins as a `Ticker`: the same thread
+ticks it by its deadline and publishes its events to a hub of its own (`hub_for(ticker)`).
 """
 
 from __future__ import annotations
@@ -89,6 +92,22 @@ class EventHub:
             subscriptions, self._subscriptions = self._subscriptions, set()
         for subscription in subscriptions:
             subscription.close()
+
+
+class Ticker(Protocol):
+    """Core state the worker ticks by its deadline and whose events it publishes."""
+
+    def tick(self) -> Any:
+        """Act on what is due now."""
+        ...
+
+    def next_deadline(self) -> float:
+        """When the next tick is due (epoch seconds; inf: none)."""
+        ...
+
+    def take_events(self) -> list[Any]:
+        """The events since the last call."""
+        ...
 
 
 class Fabric(Protocol):
@@ -275,11 +294,13 @@ def _log_failure(future: Future) -> None:
 
 
 class CoreWorker:
-    """Runs calls into a `ReservationBook` on one thread and ticks it by its clock."""
+    """Runs calls into a `ReservationBook` on one thread and ticks it by its clock; also ticks
+    `tickers` (by the book's clock), each publishing to its own hub."""
 
-    def __init__(self, book: ReservationBook, fabric: Fabric | None = None):
+    def __init__(self, book: ReservationBook, fabric: Fabric | None = None, tickers: Sequence[Ticker] = ()):
         self.book = book
         self.hub = EventHub()
+        self._tickers = [(ticker, EventHub()) for ticker in tickers]
         self.fabric = fabric
         self.provisioner = (Provisioner(fabric, lambda reports: self.call(_report_provisioned, book, reports),
                                         lambda switch: self.call(book.switch_reconciled, switch))
@@ -311,6 +332,19 @@ class CoreWorker:
         if self.provisioner is not None:
             self.provisioner.reconcile(switch, self.book.switch_plan(switch))
 
+    def hub_for(self, ticker: Ticker) -> EventHub:
+        """The hub where `ticker`'s events are published."""
+        for known, hub in self._tickers:
+            if known is ticker:
+                return hub
+        raise KeyError(f"{ticker!r} is not ticked by this worker")
+
+    def close_watchers(self) -> None:
+        """Wake and drop every subscription of every hub (server shutdown)."""
+        self.hub.close_all()
+        for _, hub in self._tickers:
+            hub.close_all()
+
     def stop(self, timeout: float = 5.0) -> None:
         """Finish queued calls, stop the thread and wake every watcher."""
         if self._stopped.is_set():
@@ -320,7 +354,7 @@ class CoreWorker:
         self._thread.join(timeout)
         if self.provisioner is not None:
             self.provisioner.stop(timeout)
-        self.hub.close_all()
+        self.close_watchers()
 
     @property
     def running(self) -> bool:
@@ -346,7 +380,7 @@ class CoreWorker:
     def _run(self) -> None:
         self._tick()
         while True:
-            wait = min(MAX_TICK_INTERVAL, max(0.0, self.book.next_deadline() - self.book.clock.now()))
+            wait = min(MAX_TICK_INTERVAL, max(0.0, self._next_deadline() - self.book.clock.now()))
             try:
                 job = self._jobs.get(timeout=wait if math.isfinite(wait) else MAX_TICK_INTERVAL)
             except queue.Empty:
@@ -361,18 +395,28 @@ class CoreWorker:
                 except BaseException as error:  # handed back to the caller's thread
                     future.set_exception(error)
             self._publish()
-            if self.book.next_deadline() <= self.book.clock.now():
+            if self._next_deadline() <= self.book.clock.now():
                 self._tick()
+
+    def _next_deadline(self) -> float:
+        return min([self.book.next_deadline(), *(ticker.next_deadline() for ticker, _ in self._tickers)])
 
     def _tick(self) -> None:
         try:
             self.book.tick()
         except Exception:  # a failing tick must not kill the only core thread
             log.exception("tick of the reservation book failed")
+        for ticker, _ in self._tickers:
+            try:
+                ticker.tick()
+            except Exception:
+                log.exception("tick of %s failed", type(ticker).__name__)
         self._publish()
 
     def _publish(self) -> None:
         self.hub.publish(self.book.take_events())
+        for ticker, hub in self._tickers:
+            hub.publish(ticker.take_events())
         changes = self.book.take_changes()
         if changes and self.provisioner is not None:
             self.provisioner.submit(changes)

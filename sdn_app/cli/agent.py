@@ -1,11 +1,18 @@
-"""`tsdn agent ...`: what a DTN is (NICs, PCIe, RDMA, NUMA) and whether it is tuned for WAN transfers."""
+"""`tsdn agent ...`: what a DTN is (NICs, PCIe, RDMA, NUMA) and whether it is tuned for WAN transfers;
+the agent process itself (`run`), and the agents a controller knows (`list`)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import sys
+from pathlib import Path
 
-from sdn_app.cli.output import EXIT_REFUSED, print_json, table
-from sdn_app.core.units import format_bandwidth
+from sdn_app.cli.output import EXIT_REFUSED, fail, print_json, table
+from sdn_app.cli.reservations import _as_dict, _client_options, _epoch, _exit_code
+from sdn_app.core.errors import InvalidArgument
+from sdn_app.core.units import format_bandwidth, format_time
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -24,6 +31,24 @@ def register(commands: argparse._SubParsersAction) -> None:
     preflight.add_argument("--root", default="/", metavar="DIR", help="read /sys and /proc under DIR (default: /)")
     preflight.add_argument("--nic", metavar="NAME", help="check this NIC only (default: every physical NIC)")
     preflight.set_defaults(run=run_preflight)
+
+    run = sub.add_parser("run", help="run the agent: register this DTN with the controller and send heartbeats")
+    run.add_argument("--controller", default=os.environ.get("TSDN_CONTROLLER", "127.0.0.1:50051"),
+                     metavar="HOST:PORT", help="controller's gRPC address (env TSDN_CONTROLLER)")
+    run.add_argument("--name", required=True, metavar="DTN", help="this host's DTN name in the topology")
+    run.add_argument("--token-file", default=os.environ.get("TSDN_TOKEN_FILE"), metavar="FILE",
+                     help="file holding the agent's bearer token (env TSDN_TOKEN_FILE)")
+    run.add_argument("--tls-ca", metavar="PEM", help="use TLS, trusting this CA certificate")
+    run.add_argument("--root", default="/", metavar="DIR", help="read /sys and /proc under DIR (default: /)")
+    run.add_argument("--heartbeat-interval", type=float, default=5.0, metavar="S",
+                     help="seconds between heartbeats (default 5; keep it well under the controller's "
+                          "--agent-timeout)")
+    run.add_argument("--timeout", type=float, default=10.0, metavar="S", help="deadline per call (default 10)")
+    run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    run.set_defaults(run=run_agent)
+
+    listing = sub.add_parser("list", help="the agents a controller knows: state, last heartbeat, NICs")
+    _client_options(listing, run_list)
 
 
 def _bw(bps: int | None) -> str:
@@ -105,3 +130,57 @@ def run_preflight(args: argparse.Namespace) -> int:
     print()
     print(f"{report.basis_note}; " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     return code
+
+
+def _read_file(path: str | None, option: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidArgument(f"{option} {path}: {exc.strerror or exc}") from None
+    if not data.strip():
+        raise InvalidArgument(f"{option} {path}: the file is empty")
+    return data
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    """`tsdn agent run --controller HOST:PORT --name DTN --token-file F [--root DIR]`: until SIGINT or SIGTERM."""
+    from dtn_agent.agent import run_agent as agent
+    from northbound.client import ApiError
+
+    token_bytes = _read_file(args.token_file, "--token-file")
+    token = token_bytes.decode(errors="replace").strip() if token_bytes is not None else None
+    tls_ca = _read_file(args.tls_ca, "--tls-ca")
+    if not args.heartbeat_interval > 0:
+        raise InvalidArgument(f"--heartbeat-interval: must be positive, got {args.heartbeat_interval}")
+    if not args.timeout > 0:
+        raise InvalidArgument("--timeout: must be positive")
+    if not Path(args.root).is_dir():
+        raise InvalidArgument(f"--root {args.root}: not a directory")
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        agent(args.controller, args.name, token, args.root, args.heartbeat_interval, timeout=args.timeout,
+              tls_ca=tls_ca)
+    except ApiError as error:
+        return fail(f"the controller refused this agent: {error.message}", _exit_code(error.code.name))
+    return 0
+
+
+def run_list(args: argparse.Namespace, client) -> int:
+    """`tsdn agent list [--json]`."""
+    from northbound.proto.tsdn.v1 import agent_pb2 as pb
+
+    agents = client.list_agents()
+    if args.json:
+        print_json([_as_dict(a) for a in agents])
+        return 0
+    rows = []
+    for a in agents:
+        nics = ", ".join(f"{n.name} {_bw(n.capacity_bps if n.HasField('capacity_bps') else None)}"
+                         for n in a.facts.nics) or "-"
+        rows.append((a.dtn, pb.AgentState.Name(a.state), format_time(_epoch(a.last_heartbeat_time)),
+                     a.facts.hostname or "-", nics, a.state_reason or "-"))
+    print(table(["DTN", "STATE", "LAST_HEARTBEAT", "HOST", "NICS (CAPACITY)", "REASON"], rows))
+    return 0

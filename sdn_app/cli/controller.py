@@ -30,6 +30,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                           help="control no switches: reservations are booked in the ledger only (planning, tests)")
     parser.add_argument("--emulation-scale", type=float, default=1.0, metavar="X",
                         help="Mininet: meters enforce nominal rate x X, matching the emulated links (default 1)")
+    parser.add_argument("--agent-timeout", type=float, default=15.0, metavar="S",
+                        help="mark a DTN agent LOST after S seconds without a heartbeat (default 15)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.set_defaults(run=run_controller)
 
@@ -46,7 +48,8 @@ def run_controller(args: argparse.Namespace) -> int:
     controller = Controller(ControllerConfig(topology=resolve_topology(args.topology),
                                              listen_grpc=args.listen_grpc, state=Path(args.state),
                                              listen_openflow=None if args.no_openflow else args.listen_openflow,
-                                             emulation_scale=args.emulation_scale, **optional))
+                                             emulation_scale=args.emulation_scale,
+                                             agent_timeout=args.agent_timeout, **optional))
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
