@@ -164,7 +164,11 @@ class TsdnClient:
               timeout: float | None = None) -> Iterator[pb.ReservationEvent]:
         """Stream reservation events until the server ends it, `timeout` passes, or the caller stops."""
         request = pb.WatchReservationsRequest(name=_name(name) if name else "", include_existing=include_existing)
-        stream = self._bandwidth.WatchReservations(request, timeout=timeout, metadata=self._metadata)
+        yield from self._stream(self._bandwidth.WatchReservations, request, timeout)
+
+    def _stream(self, method, request, timeout: float | None) -> Iterator:
+        """The messages of a server stream; ends quietly when cancelled, ApiError on other errors."""
+        stream = method(request, timeout=timeout, metadata=self._metadata)
         try:
             yield from stream
         except grpc.RpcError as error:
@@ -204,15 +208,8 @@ class TsdnClient:
     def watch_agents(self, include_existing: bool = False,
                      timeout: float | None = None) -> Iterator[agent_pb.AgentEvent]:
         """Stream agent events until the server ends it, `timeout` passes, or the caller stops."""
-        stream = self._agents.WatchAgents(agent_pb.WatchAgentsRequest(include_existing=include_existing),
-                                          timeout=timeout, metadata=self._metadata)
-        try:
-            yield from stream
-        except grpc.RpcError as error:
-            if error.code() is not grpc.StatusCode.CANCELLED:
-                raise ApiError(error.code(), error.details() or error.code().name) from None
-        finally:
-            stream.cancel()
+        request = agent_pb.WatchAgentsRequest(include_existing=include_existing)
+        yield from self._stream(self._agents.WatchAgents, request, timeout)
 
 
 def _name(name: str) -> str:
