@@ -20,12 +20,10 @@ Human lines go to stderr; the last line printed to stdout is one JSON object.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import platform
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -37,6 +35,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks.controller_process import ControllerProcess
+from benchmarks.report import print_result, say
 from northbound.client import ApiError, TsdnClient
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import TsdnError
@@ -407,10 +406,6 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
     return result
 
 
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 def main(quick: bool = False, clients: int = 16, seconds: float | None = None, seed: int = 16) -> int:
     """Run the benchmark and print its JSON line; return the exit code."""
     if clients < 1:
@@ -419,7 +414,5 @@ def main(quick: bool = False, clients: int = 16, seconds: float | None = None, s
     if seconds is not None and seconds <= 0:
         say("tsdn bench northbound: --seconds must be positive")
         return 2
-    with contextlib.suppress(BrokenPipeError):
-        print(json.dumps(run(quick=quick, clients=clients, seconds=seconds, seed=seed)), flush=True)
-    return 0
+    return print_result("northbound", lambda: run(quick=quick, clients=clients, seconds=seconds, seed=seed))
 

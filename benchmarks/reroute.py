@@ -31,9 +31,7 @@ Human lines go to stderr; the last line printed to stdout is one JSON object.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import json
 import math
 import os
 import re
@@ -45,8 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.controller_process import ControllerProcess
-from benchmarks.northbound import machine, percentile_ms, say
-from benchmarks.setup import connected_bridges, ensure_ovs, free_port, mininet_missing, mn_clean, ovs
+from benchmarks.northbound import machine, percentile_ms
+from benchmarks.report import free_port, print_result, say
+from benchmarks.setup import connected_bridges, ensure_ovs, mininet_missing, mn_clean, ovs
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
@@ -387,11 +386,4 @@ def run(quick: bool = False) -> dict:
 
 def main(quick: bool = False) -> int:
     """Run the benchmark and print its JSON line; return the exit code."""
-    try:
-        result = run(quick=quick)
-    except RuntimeError as error:
-        say(f"tsdn bench reroute: {error}")
-        return 1
-    with contextlib.suppress(BrokenPipeError):
-        print(json.dumps(result), flush=True)
-    return 0
+    return print_result("reroute", lambda: run(quick=quick))

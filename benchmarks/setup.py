@@ -51,7 +51,6 @@ import os
 import queue
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -62,7 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.controller_process import ControllerProcess
-from benchmarks.northbound import latency_summary, machine, percentile_ms, process_cpu, say
+from benchmarks.northbound import latency_summary, machine, percentile_ms, process_cpu
+from benchmarks.report import free_port, print_result, say
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from sdn_app.core.topology import Topology
@@ -113,10 +113,6 @@ def ordered_pairs(dtns: list[str], rng: random.Random) -> list[Pair]:
 # -- the controller under test ------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 # -- Mininet and Open vSwitch -------------------------------------------------------------
@@ -741,12 +737,9 @@ def main(quick: bool = False, sequential: int | None = None, batch: int | None =
             say(f"tsdn bench setup: {name} must be at least 1")
             return 2
     began = time.perf_counter()
-    try:
+
+    def produce() -> dict:
         result = run(quick=quick, sequential=sequential, batch=batch, clients=clients, seed=seed)
-    except RuntimeError as error:
-        say(f"tsdn bench setup: {error}")
-        return 1
-    say(f"tsdn bench setup: done in {time.perf_counter() - began:.0f} s")
-    with contextlib.suppress(BrokenPipeError):
-        print(json.dumps(result), flush=True)
-    return 0
+        say(f"tsdn bench setup: done in {time.perf_counter() - began:.0f} s")
+        return result
+    return print_result("setup", produce)

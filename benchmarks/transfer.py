@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.report import free_port, print_result, say
 from dtn_agent.engines import TransferJob
 from dtn_agent.engines.builtin import BuiltinEngine
 
@@ -42,8 +43,6 @@ TARGETS = {"1": 1.3, "2": 1.6}  # builtin / iperf3, memory-to-memory
 G = 1e9
 
 
-def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -134,10 +133,6 @@ def builtin_disk(receiver: Receiver, source: Path, destination: Path) -> float:
     return sent.report.bits_per_second / G
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def iperf3_server(port: int) -> subprocess.Popen:
@@ -283,14 +278,7 @@ def run(quick: bool = False) -> dict:
 
 def main(quick: bool = False) -> int:
     """Run the benchmark and print its JSON line; return the exit code."""
-    try:
-        result = run(quick=quick)
-    except RuntimeError as error:
-        say(f"tsdn bench transfer: {error}")
-        return 1
-    with contextlib.suppress(BrokenPipeError):
-        print(json.dumps(result), flush=True)
-    return 0
+    return print_result("transfer", lambda: run(quick=quick))
 
 
 if __name__ == "__main__":

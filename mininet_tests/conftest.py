@@ -124,7 +124,8 @@ ALL_RING8_SWITCHES = frozenset(f"s{i}" for i in range(1, 9))
 @pytest.fixture
 def controlled(network, tmp_path) -> Iterator[tuple[object, dict, object]]:
     """ring8 in Mininet, controlled by a `tsdn controller` process; yields (network, CLI env, process)."""
-    from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges, free_port
+    from benchmarks.report import free_port
+    from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges
     from tests.waiting import wait_for
 
     controller = ControllerProcess(tmp_path, free_port())
@@ -150,7 +151,7 @@ def ring8():
 def fabric(network, ring8) -> Iterator[tuple[object, object]]:
     """os-ken (a `Fabric`) in this process on a fresh port and ring8 in Mininet pointed at it,
     every switch connected; yields (fabric, network)."""
-    from mininet_tests.controlled import free_port
+    from benchmarks.report import free_port
     from sdn_app.openflow.fabric import start_openflow
     from topologies.mininet_builder import default_scale
 

@@ -12,7 +12,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,11 +25,6 @@ TOKEN = "rucio-token-0123456789abcdef"
 SCALE = 0.001  # ring8's 100G links run at 100 Mbit/s
 DEADLINE = 30.0
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def connected_bridges() -> set[str]:

@@ -14,8 +14,9 @@ from collections.abc import Callable
 import pytest
 import yaml
 
+from benchmarks.report import free_port
 from mininet_tests.conftest import ALL_RING8_SWITCHES
-from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges, free_port, tsdn
+from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges, tsdn
 from tests.waiting import wait_for
 from topologies import builtin_topology
 

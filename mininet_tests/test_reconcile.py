@@ -25,8 +25,9 @@ import subprocess
 
 import pytest
 
+from benchmarks.report import free_port
 from mininet_tests.conftest import ALL_RING8_SWITCHES as ALL_SWITCHES
-from mininet_tests.controlled import DEADLINE, connected_bridges, free_port, pings, tsdn, tsdn_flows
+from mininet_tests.controlled import DEADLINE, connected_bridges, pings, tsdn, tsdn_flows
 from tests.waiting import wait_for
 
 pytest.importorskip("mininet.net", reason="Mininet system tests need the mininet Python package (Debian: mininet)")

@@ -10,13 +10,13 @@ import json
 
 import pytest
 
+from benchmarks.report import free_port
 from mininet_tests.controlled import (
     DEADLINE,
     SCALE,
     ControllerProcess,
     cli_env,
     connected_bridges,
-    free_port,
     pings,
     tsdn,
     tsdn_flows,

@@ -9,12 +9,13 @@ from types import SimpleNamespace
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservations import ReservationBook
+from sdn_app.core.reservations import Principal, Reservation, ReservationBook, Role, State
 from sdn_app.core.topology import Topology
 from tests.flowtable import FlowTables
 from topologies import builtin_topology
 
 G = 10**9
+RUCIO = Principal("rucio", Role.SERVICE)
 
 
 def switched_ring8(tmp_path: Path) -> SimpleNamespace:
@@ -32,3 +33,19 @@ def request(clock, src="dtn1", dst="dtn3", bandwidth=10 * G, start=0.0, duration
     """A request from `start` seconds after now, lasting `duration`."""
     begin = clock.now() + start
     return PathRequest(src, dst, bandwidth, begin, begin + duration, **more)
+
+
+def confirm(env: SimpleNamespace) -> None:
+    """Apply every queued change to the tables and report each confirmed one as done."""
+    for change in env.book.take_changes():
+        env.tables.apply_all(change.steps)
+        if change.confirm:
+            env.book.provisioned(change.reservation_id, None, change.token)
+
+
+def active(env: SimpleNamespace, *args, **kwargs) -> Reservation:
+    """A reservation of RUCIO made with `request(env.clock, *args, **kwargs)`, installed and ACTIVE."""
+    r = env.book.create(RUCIO, request(env.clock, *args, **kwargs))
+    confirm(env)
+    assert env.book.get(RUCIO, r.name).state is State.ACTIVE
+    return r

@@ -11,9 +11,8 @@ from sdn_app.core.advisor import AfterMove, RateAdvisor, Underperforming
 from sdn_app.core.errors import InvalidArgument, PermissionDenied
 from sdn_app.core.reservations import Principal, Role, State
 from tests.flowtable import delivered
-from tests.switched import G, request, switched_ring8
+from tests.switched import RUCIO, G, active, confirm, switched_ring8
 
-RUCIO = Principal("rucio", Role.SERVICE)
 OTHER = Principal("fts", Role.SERVICE)
 AGENT = Principal("dtn1-agent", Role.AGENT)
 
@@ -21,19 +20,6 @@ AGENT = Principal("dtn1-agent", Role.AGENT)
 @pytest.fixture
 def env(tmp_path):
     return switched_ring8(tmp_path)
-
-
-def confirm(env):
-    for change in env.book.take_changes():
-        env.tables.apply_all(change.steps)
-        if change.confirm:
-            env.book.provisioned(change.reservation_id, None, change.token)
-
-
-def active(env, *args, **kwargs):
-    r = env.book.create(RUCIO, request(env.clock, *args, **kwargs))
-    confirm(env)
-    return r
 
 
 def report(env, r, bps, times=1, who=AGENT):

@@ -12,13 +12,11 @@ import dataclasses
 import socket
 
 import pytest
-
-pytest.importorskip("os_ken", reason="the OpenFlow adapter needs os-ken (pip install os-ken)")
-
 from os_ken.lib.packet import arp, ethernet, packet
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
+from benchmarks.report import free_port
 from sdn_app.core.paths import PathFinder, PathRequest, Unbooked
 from sdn_app.core.plans import (
     COOKIE_TAG,
@@ -290,11 +288,6 @@ def test_errors_are_named_by_type_and_code():
 
 # --- a fabric with no switch -----------------------------------------------------------------
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_fabric_without_switches_refuses_steps_and_frees_its_port_on_stop(ring8):

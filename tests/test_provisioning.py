@@ -8,11 +8,9 @@ import pytest
 from sdn_app.core.errors import FailedPrecondition
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.plans import StepKind
-from sdn_app.core.reservations import CONFIRMED, Principal, ReservationBook, Role, State
+from sdn_app.core.reservations import CONFIRMED, ReservationBook, State
 from tests.flowtable import delivered
-from tests.switched import G, request, switched_ring8
-
-RUCIO = Principal("rucio", Role.SERVICE)
+from tests.switched import RUCIO, G, request, switched_ring8
 
 
 @pytest.fixture

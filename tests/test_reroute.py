@@ -8,31 +8,14 @@ import pytest
 
 from sdn_app.core.errors import InvalidArgument, NoCapacity
 from sdn_app.core.ledger import Ledger
-from sdn_app.core.reservations import PathChoice, Principal, ReservationBook, Role, State
+from sdn_app.core.reservations import PathChoice, ReservationBook, State
 from tests.flowtable import delivered
-from tests.switched import G, request, switched_ring8
-
-RUCIO = Principal("rucio", Role.SERVICE)
+from tests.switched import RUCIO, G, active, confirm, request, switched_ring8
 
 
 @pytest.fixture
 def env(tmp_path):
     return switched_ring8(tmp_path)
-
-
-def confirm(env):
-    """Apply every queued change to the tables and report each confirmed one as done."""
-    for change in env.book.take_changes():
-        env.tables.apply_all(change.steps)
-        if change.confirm:
-            env.book.provisioned(change.reservation_id, None, change.token)
-
-
-def active(env, *args, **kwargs):
-    r = env.book.create(RUCIO, request(env.clock, *args, **kwargs))
-    confirm(env)
-    assert env.book.get(RUCIO, r.name).state is State.ACTIVE
-    return r
 
 
 def switches_of(env, r) -> list[str]:

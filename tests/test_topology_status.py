@@ -9,19 +9,16 @@ the OpenFlow handlers do; real switches and real LLDP are in mininet_tests/test_
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Callable
 
 import grpc
 import pytest
-
-pytest.importorskip("os_ken", reason="the OpenFlow adapter needs os-ken (pip install os-ken)")
-
 from os_ken.lib.packet import arp, ethernet, lldp, packet
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
+from benchmarks.report import free_port
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
 from sdn_app.cli import main
@@ -43,11 +40,6 @@ class StandInDatapath:
 
 DP = StandInDatapath()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- the LLDP wire format ----------------------------------------------------------------------

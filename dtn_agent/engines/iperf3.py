@@ -644,7 +644,7 @@ class Iperf3Engine:
                     if ready is not None:
                         ready((job.host, port))
                     return
-                time.sleep(0.02)
+                stop_waiting.wait(0.02)
 
         waiter = threading.Thread(target=announce, daemon=True)
         waiter.start()

@@ -360,28 +360,22 @@ class ReservationBook:
             return  # released or expired while installing: its removal is already queued
         if token is not None and token != self._tokens.get(reservation_id):
             return
-        now = self.clock.now()
         assert old.route is not None
         down = self._down_on(old.route)
         if error is None and old.state is State.PROVISIONING and down:
-            new = replace(old, state=State.DEGRADED, updated=now,
-                          reason=f"installed, but link {', '.join(down)} is down and no alternate path fits")
+            self._commit(old, f"installed, but link {', '.join(down)} is down and no alternate path fits",
+                         State.DEGRADED)
         elif error is None:
-            reason = (CONFIRMED if old.state is State.PROVISIONING
-                      else f"moved to {old.route.primary.describe()}: {CONFIRMED}")
-            new = replace(old, state=State.ACTIVE, updated=now, reason=reason)
+            self._commit(old, CONFIRMED if old.state is State.PROVISIONING
+                         else f"moved to {old.route.primary.describe()}: {CONFIRMED}", State.ACTIVE)
         elif old.state is State.MOVING:
-            new = replace(old, state=State.DEGRADED, updated=now, reason=f"moving failed: {error}")
+            self._commit(old, f"moving failed: {error}", State.DEGRADED)
         else:
-            new = replace(old, state=State.FAILED, updated=now, reason=f"provisioning failed: {error}")
+            new = replace(old, state=State.FAILED, updated=self.clock.now(), reason=f"provisioning failed: {error}")
             self.ledger.release(old.id, also=lambda db: _update(db, new))
             self._uninstall(old.id)
             self._remember(new)
             self._record(old.state, new)
-            return
-        self.ledger.write(lambda db: _update(db, new))
-        self._remember(new)
-        self._record(old.state, new)
 
     # -- rates ---------------------------------------------------------------------------
 
@@ -408,7 +402,7 @@ class ReservationBook:
         if isinstance(advice, Underperforming):
             return self._relieve(reservation, advice)
         if isinstance(advice, AfterMove):
-            return self._note(reservation, f"after the move: {format_bandwidth(int(advice.after_bps))} achieved "
+            return self._commit(reservation, f"after the move: {format_bandwidth(int(advice.after_bps))} achieved "
                                            f"(was {format_bandwidth(int(advice.before_bps))}, "
                                            f"booked {format_bandwidth(booked)})")
         return reservation
@@ -422,14 +416,14 @@ class ReservationBook:
         try:
             route = self.finder.route(avoiding, ignore=old.id)
         except (NoCapacity, FailedPrecondition, InvalidArgument) as refusal:
-            return self._note(old, f"congested: {rates}; no alternate path has room: {refusal}")
+            return self._commit(old, f"congested: {rates}; no alternate path has room: {refusal}")
         moved = self._move(old, route, f"congested: {rates}; moving to {route.primary.describe()}")
         self.advisor.moved(old.id, advice.achieved_bps)
         return moved
 
-    def _note(self, old: Reservation, reason: str) -> Reservation:
-        """Record `reason` on `old` without changing its state (an event for watchers)."""
-        new = replace(old, updated=self.clock.now(), reason=reason)
+    def _commit(self, old: Reservation, reason: str, state: State | None = None) -> Reservation:
+        """Give `old` a new reason (and `state`, when given): stored, remembered, one event."""
+        new = replace(old, state=old.state if state is None else state, updated=self.clock.now(), reason=reason)
         self.ledger.write(lambda db: _update(db, new))
         self._remember(new)
         self._record(old.state, new)
@@ -478,22 +472,16 @@ class ReservationBook:
 
     def _degrade(self, old: Reservation, why: str, refusal: str) -> None:
         assert old.route is not None
-        now = self.clock.now()
         if old.route.backup is not None and not set(old.route.primary.links) & self.finder.down_links:
             reason = f"{why}: protection lost, traffic stays on {old.route.primary.describe()}; {refusal}"
         elif old.route.backup is not None and not set(old.route.backup.links) & self.finder.down_links:
             reason = f"{why}: protection lost, traffic fails over to {old.route.backup.describe()}; {refusal}"
         else:
             reason = f"{why}: no alternate path; {refusal}"
-        if old.state is State.SCHEDULED:  # nothing on the switches yet: it is retried at its start
-            new = replace(old, updated=now, reason=reason)
-        else:
-            new = replace(old, state=State.DEGRADED, updated=now, reason=reason)
-        if new == old:
-            return
-        self.ledger.write(lambda db: _update(db, new))
-        self._remember(new)
-        self._record(old.state, new)
+        # A SCHEDULED one has nothing on the switches yet: it is retried at its start.
+        state = old.state if old.state is State.SCHEDULED else State.DEGRADED
+        if (state, reason) != (old.state, old.reason):
+            self._commit(old, reason, state)
 
     def _move(self, old: Reservation, route: Route, reason: str, request: PathRequest | None = None) -> Reservation:
         """Book `route` (and `request`, when it changes) for `old` and move its flows there,
@@ -529,11 +517,7 @@ class ReservationBook:
                 continue
             if _route_key(route) == _route_key(old.route):
                 if old.state is State.DEGRADED:  # its flows are in place: working again as it is
-                    new = replace(old, state=State.ACTIVE, updated=self.clock.now(),
-                                  reason=f"{why}: running on {old.route.primary.describe()} again")
-                    self.ledger.write(lambda db, new=new: _update(db, new))
-                    self._remember(new)
-                    self._record(old.state, new)
+                    self._commit(old, f"{why}: running on {old.route.primary.describe()} again", State.ACTIVE)
                 continue
             self._move(old, route, f"{why}: moving to {route.primary.describe()}")
 
