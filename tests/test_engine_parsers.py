@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.report import free_port
-from dtn_agent.engines import fdt, iperf3, rdma
+from dtn_agent.engines import fdt, iperf3, process, rdma
 from dtn_agent.pinning import PinningPlan
 from dtn_agent.reports import Pinning, RateReport
 from tests.waiting import wait_for
@@ -230,7 +230,7 @@ def test_stream_process_streams_lines_before_exit(tmp_path):
         seen.append(text.strip())
         go.touch()  # the process prints "two" only once "one" has reached us
 
-    out = iperf3.stream_process(
+    out = process.stream_process(
         ["sh", "-c", f"echo one; while [ ! -e {go} ]; do sleep 0.05; done; echo two; echo oops >&2; exit 3"],
         line, timeout=20,
     )
@@ -241,7 +241,7 @@ def test_stream_process_streams_lines_before_exit(tmp_path):
 
 def test_stream_process_kills_the_whole_group_on_timeout(tmp_path):
     marker = tmp_path / "child.pid"
-    out = iperf3.stream_process(["sh", "-c", f"sleep 30 & echo $! > {marker}; wait"], lambda line: None, timeout=0.5)
+    out = process.stream_process(["sh", "-c", f"sleep 30 & echo $! > {marker}; wait"], lambda line: None, timeout=0.5)
     assert out.timed_out
     pid = int(marker.read_text())
 

@@ -8,8 +8,12 @@ summary (`final=True`). A transfer that fails (peer gone, checksum mismatch, pro
 returns `ok=False` with an error a person can act on; a job that cannot be run at all (no size
 and no files, a receiver without a destination) raises `ValueError` before any traffic.
 
-Engines: `builtin` (this project's multi-stream TCP engine, `dtn_agent.engines.builtin`), and
-wrappers around external tools in sibling modules.
+Engines (`ENGINES`, built by `engine_named`): `builtin` (this project's multi-stream TCP engine,
+`dtn_agent.engines.builtin`), and wrappers around external tools: `iperf3`, `fdt` (Caltech's
+fdt.jar, supplied by the user) and `rdma` (perftest's `ib_write_bw` over RoCE/InfiniBand).
+An engine that cannot run on this host at all (tool, jar or device missing) raises
+`EngineUnavailable` (a ValueError) naming what is missing; `engine_unavailable` says so ahead of
+time, so that an agent can refuse a job before anything starts.
 """
 
 from __future__ import annotations
@@ -17,9 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dtn_agent.reports import RateReport, TransferResult
+
+if TYPE_CHECKING:
+    from dtn_agent.engines.fdt import FdtEngine
+
+ENGINES = ("builtin", "iperf3", "fdt", "rdma")
+"""The names `engine_named` knows, in the order a person would try them."""
 
 ReportSink = Callable[[RateReport], None]
 """Where an engine hands each `RateReport`, from one of its own threads."""
@@ -82,3 +92,47 @@ class Engine(Protocol):
     def send(self, job: TransferJob, reports: ReportSink) -> TransferResult:
         """Send `job` to the receiver at `job.host`:`job.port` and return how it ended."""
         ...
+
+
+class EngineUnavailable(ValueError):
+    """The engine cannot run on this host (its tool, jar or device is missing); the message says what."""
+
+
+def engine_named(name: str, *, fdt_jar: str | Path | None = None) -> Engine:
+    """A new engine of kind `name` (one of `ENGINES`); ValueError listing the known names otherwise.
+
+    `fdt_jar` is the path of fdt.jar for the `fdt` engine (ignored by the others). Building an
+    engine checks nothing on the host: see `engine_unavailable`.
+    """
+    key = name.strip().lower()
+    if key == "builtin":
+        from dtn_agent.engines.builtin import BuiltinEngine
+
+        return BuiltinEngine()
+    if key == "iperf3":
+        from dtn_agent.engines.iperf3 import Iperf3Engine
+
+        return Iperf3Engine()
+    if key == "fdt":
+        return _fdt_engine(fdt_jar)
+    if key == "rdma":
+        from dtn_agent.engines.rdma import RdmaEngine
+
+        return RdmaEngine()
+    raise ValueError(f"unknown engine {name!r}: known engines are {', '.join(ENGINES)}")
+
+
+def _fdt_engine(fdt_jar: str | Path | None) -> FdtEngine:
+    from dtn_agent.engines.fdt import FdtEngine
+
+    return FdtEngine(fdt_jar)
+
+
+def engine_unavailable(name: str, fdt_jar: str | Path | None = None) -> str | None:
+    """Why engine `name` cannot run on this host (a sentence naming what is missing), or None when it can.
+
+    An unknown name raises ValueError, as in `engine_named`. Engines that need nothing beyond
+    Python (builtin) are always available.
+    """
+    check = getattr(engine_named(name, fdt_jar=fdt_jar), "unavailable", None)
+    return check() if check is not None else None

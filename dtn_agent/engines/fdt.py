@@ -1,5 +1,5 @@
 """FDT (Caltech's Fast Data Transfer, `fdt.jar`) as a transfer engine: its console rate lines
-parsed into RateReports, its command lines, and a process driver.
+parsed into RateReports, its command lines, a process driver and the `FdtEngine`.
 
 FDT is Java and in no package registry: the user supplies the jar (`--fdt-jar PATH`). Its
 console reporter (lia.util.net.copy.monitoring.ConsoleReportingTask) prints, once per
@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from dtn_agent.engines.iperf3 import stream_process
+from dtn_agent.engines import EngineUnavailable, ReadyCallback, ReportSink, TransferJob
+from dtn_agent.engines.process import AnyOf, announce_when_listening, free_port, stream_process
 from dtn_agent.pinning import PinnedCommand, PinningPlan, wrap_command
 from dtn_agent.reports import Pinning, RateReport, TransferResult
 
@@ -344,21 +345,37 @@ class FdtDriver:
         timeout: float | None = None,
         plan: PinningPlan | None = None,
         files: tuple[str, ...] = (),
+        enough: Callable[[RateReport], bool] | None = None,
+        tolerate_exit: Callable[[RateReport], bool] | None = None,
     ) -> TransferResult:
-        """Run an FDT command line, reporting each rate line; failures come back as ok=False results."""
+        """Run an FDT command line, reporting each rate line; failures come back as ok=False results.
+
+        `enough`, given a report, says whether the transfer has done its work: FDT is then stopped
+        and the run counts as complete (a /dev/zero stream has no end of its own).
+        `tolerate_exit`, given the final report, says whether a non-zero exit or "Exit Status: Not
+        OK" still counts as complete (a receiver whose sender was stopped that way).
+        """
         pinned = pinned_command(argv, plan)
         parser = FdtParser(transfer_id, pinned.pinning, self.report_period)
+        done = threading.Event()
 
         def on_line(line: str) -> None:
             report = parser.feed_line(line)
             if report is not None:
                 reports(report)
+                if enough is not None and enough(report):
+                    done.set()
 
         try:
-            outcome = stream_process(pinned.argv, on_line, cancel, timeout, pinned.preexec_fn)
+            outcome = stream_process(pinned.argv, on_line, AnyOf(cancel, done), timeout, pinned.preexec_fn)
         except FileNotFoundError as exc:
             return TransferResult(parser.finish(), ok=False, error=f"cannot start FDT: {exc}")
         final = parser.finish()
+        if done.is_set() or (
+            tolerate_exit is not None and not outcome.cancelled and not outcome.timed_out and tolerate_exit(final)
+        ):
+            reports(final)
+            return TransferResult(final, ok=True, files=files)
         if outcome.cancelled:
             return TransferResult(final, ok=False, error="cancelled", files=files)
         if outcome.timed_out:
@@ -394,3 +411,125 @@ class FdtDriver:
             return TransferResult(empty, ok=False, error=str(exc), files=job.files)
         argv = client_argv(job, jar, java)
         return self.run_argv(job.transfer_id, argv, reports, cancel, timeout, plan, job.files)
+
+
+# ---------------------------------------------------------------------------------------------
+# the Engine interface (dtn_agent.engines.Engine)
+
+ZERO_SOURCE = "/dev/zero"
+NULL_DESTINATION = "/dev/null"
+
+
+def limit_for(pacing_bps: int | None) -> str | None:
+    """FDT's `-limit` value (bytes per second, FDT's default unit) for a pacing in bits per second."""
+    if pacing_bps is None:
+        return None
+    return str(max(1, pacing_bps // 8))
+
+
+class FdtEngine:
+    """FDT behind the agent's Engine interface.
+
+    `receive` runs a one-session FDT server (`-S`) on `job.port` (0: a free port) and reports its
+    "Net In" lines; `send` runs the client with `-P streams` and `-limit` (pacing_bps / 8, FDT's
+    bytes per second). Files: `job.files` are sent (directories with `-r`) into the directory the
+    sending job names as `destination` (FDT's client picks the receiver's directory, `-d`).
+    Memory-to-memory: FDT's network test, `/dev/zero` sent to `-d /dev/null`; FDT has no byte
+    count, so the client is stopped once its reports show `job.size` bytes sent (reports come
+    every few seconds, so it sends up to one report period more). `cpus` pins java with numactl
+    `--localalloc`. Without a jar or java, send and receive raise EngineUnavailable before
+    anything starts.
+    """
+
+    name = ENGINE
+
+    def __init__(
+        self,
+        fdt_jar: str | Path | None = None,
+        java: str = "java",
+        timeout: float | None = None,
+        report_period: float = DEFAULT_REPORT_PERIOD,
+    ) -> None:
+        self.fdt_jar = fdt_jar
+        self.java = java
+        self.timeout = timeout
+        self.driver = FdtDriver(fdt_jar, java, report_period)
+
+    def unavailable(self) -> str | None:
+        """Why FDT cannot run here (no fdt.jar given or found, no java), or None."""
+        try:
+            find_fdt(self.fdt_jar, self.java)
+        except FdtError as exc:
+            return f"fdt: {exc}"
+        return None
+
+    def _tools(self) -> tuple[str, str]:
+        """The java binary and the jar; EngineUnavailable naming what is missing."""
+        try:
+            return find_fdt(self.fdt_jar, self.java)
+        except FdtError as exc:
+            raise EngineUnavailable(f"fdt: {exc}") from exc
+
+    @staticmethod
+    def _plan(cpus: tuple[int, ...] | None) -> PinningPlan | None:
+        return PinningPlan(tuple(cpus), None) if cpus else None
+
+    def send(self, job: TransferJob, reports: ReportSink) -> TransferResult:
+        """Send `job` (its files, or `size` bytes from /dev/zero) to the FDT server at `job.host`:`job.port`."""
+        job.check("send")
+        java, jar = self._tools()
+        enough: Callable[[RateReport], bool] | None = None
+        if job.size is not None:
+            if job.size == 0:
+                raise ValueError("fdt cannot send 0 bytes")
+            size = job.size
+            files: tuple[str, ...] = (ZERO_SOURCE,)
+            destination = NULL_DESTINATION
+            extra: tuple[str, ...] = ()
+
+            def enough(report: RateReport) -> bool:
+                return report.bytes_total >= size
+        else:
+            if job.destination is None:
+                raise ValueError(
+                    "fdt: a sending job with files must name the receiver's directory (destination): "
+                    "FDT's client chooses it (-d)"
+                )
+            files = tuple(str(f) for f in job.files)
+            destination = str(job.destination)
+            extra = ("-r",) if any(Path(f).is_dir() for f in job.files) else ()
+        fjob = FdtJob(
+            job.transfer_id,
+            job.host,
+            files,
+            port=job.port,
+            streams=job.streams,
+            destination=destination,
+            limit=limit_for(job.pacing_bps),
+            extra=extra,
+        )
+        argv = client_argv(fjob, jar, java)
+        sent = () if job.size is not None else files
+        return self.driver.run_argv(
+            job.transfer_id, argv, reports, timeout=self.timeout, plan=self._plan(job.cpus), files=sent, enough=enough
+        )
+
+    def receive(self, job: TransferJob, reports: ReportSink, ready: ReadyCallback | None = None) -> TransferResult:
+        """Serve one FDT session on `job.port` (0: a free port), calling `ready` once it listens.
+
+        FDT listens on all addresses; `ready` gets `job.host` and the port. With `destination`
+        the directory is created first. For a memory-to-memory job (`size`), the sender stops its
+        /dev/zero stream by stopping its client, which FDT's server records as a session error:
+        that still counts as complete once bytes arrived.
+        """
+        job.check("receive")
+        java, jar = self._tools()
+        if job.destination is not None:
+            job.destination.mkdir(parents=True, exist_ok=True)
+        port = job.port or free_port(job.host)
+        argv = server_argv(jar, java, port=port, single_session=True)
+        tolerate = (lambda final: final.bytes_total > 0) if job.size is not None else None
+        with announce_when_listening(job.host, port, ready):
+            return self.driver.run_argv(
+                job.transfer_id, argv, reports, timeout=self.timeout, plan=self._plan(job.cpus), tolerate_exit=tolerate
+            )

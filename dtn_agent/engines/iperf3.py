@@ -7,28 +7,29 @@ Two output forms are read:
 Both go through one accumulator, so a transfer yields the same reports either way: one per
 interval (omitted warm-up intervals are skipped) and a final one from `end`.
 
-`stream_process` (the subprocess runner with cancel and timeout) lives here and is shared by the
-FDT and perftest drivers.
+Child processes run through `dtn_agent.engines.process` (shared with the FDT and perftest drivers).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import queue
 import re
-import signal
-import socket
+import shutil
 import subprocess
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dtn_agent.engines import TransferJob
+from dtn_agent.engines.process import (
+    announce_when_listening,
+    free_port,
+    kill_group,
+    listening,
+    stream_process,
+)
 from dtn_agent.pinning import PinnedCommand, PinningPlan, wrap_command
 from dtn_agent.reports import Pinning, RateReport, StreamRate, TransferResult
 
@@ -251,110 +252,6 @@ def parse_json_stream(output: str, transfer_id: str, pinning: Pinning | None = N
 
 
 # ---------------------------------------------------------------------------------------------
-# processes
-
-
-@dataclass
-class ProcessOutcome:
-    """How a process run by stream_process ended."""
-
-    returncode: int | None
-    stderr: str
-    cancelled: bool = False
-    timed_out: bool = False
-    elapsed: float = 0.0
-
-
-def _kill_group(proc: subprocess.Popen[Any], grace: float = 2.0) -> None:
-    """SIGTERM the process group, then SIGKILL it if it is still there after `grace` seconds."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def stream_process(
-    argv: Sequence[str],
-    on_line: Callable[[str], None],
-    cancel: threading.Event | None = None,
-    timeout: float | None = None,
-    preexec_fn: Callable[[], None] | None = None,
-    env: dict[str, str] | None = None,
-) -> ProcessOutcome:
-    """Run `argv`, calling `on_line` (in this thread) for each stdout line as it arrives.
-
-    The process gets its own process group; on `cancel` or after `timeout` seconds the whole group
-    is terminated (SIGTERM, then SIGKILL). A missing binary raises FileNotFoundError naming it.
-    An exception from `on_line` kills the process and propagates.
-    """
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        bufsize=1,
-        start_new_session=True,
-        preexec_fn=preexec_fn,
-        env=env,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-    err_tail: deque[str] = deque(maxlen=200)
-
-    def pump_out() -> None:
-        assert proc.stdout is not None
-        for out_line in proc.stdout:
-            lines.put(out_line)
-        lines.put(None)
-
-    def pump_err() -> None:
-        assert proc.stderr is not None
-        for err_line in proc.stderr:
-            err_tail.append(err_line)
-
-    readers = [threading.Thread(target=f, daemon=True) for f in (pump_out, pump_err)]
-    for t in readers:
-        t.start()
-    deadline = started + timeout if timeout is not None else None
-    cancelled = timed_out = False
-    try:
-        while True:
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                timed_out = True
-                break
-            try:
-                item = lines.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if item is None:
-                break
-            on_line(item)
-    except BaseException:
-        _kill_group(proc)
-        raise
-    if cancelled or timed_out:
-        _kill_group(proc)
-    else:
-        try:
-            proc.wait(timeout=10.0)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-    for t in readers:
-        t.join(timeout=2.0)
-    return ProcessOutcome(proc.returncode, "".join(err_tail), cancelled, timed_out, time.monotonic() - started)
-
-
-# ---------------------------------------------------------------------------------------------
 # driver
 
 _VERSION_RE = re.compile(r"iperf (\d+)\.(\d+)(?:\.(\d+))?")
@@ -430,20 +327,6 @@ def server_argv(port: int = 5201, one_off: bool = True, bind: str | None = None,
     return argv
 
 
-def _listening(port: int) -> bool:
-    """Whether some socket listens on TCP `port` (read from /proc, so no connection is made)."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            if len(cols) > 3 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
 class Iperf3Server:
     """An iperf3 server process (context manager), started and waited for until it listens."""
 
@@ -474,7 +357,7 @@ class Iperf3Server:
         except FileNotFoundError as exc:
             raise Iperf3Error(f"iperf3 not found ({self.argv[0]!r}): install the iperf3 package") from exc
         deadline = time.monotonic() + ready_timeout
-        while not _listening(self.port):
+        while not listening(self.port):
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode(errors="replace").strip() if self.proc.stderr else ""
                 raise Iperf3Error(f"iperf3 server on port {self.port} exited ({self.proc.returncode}): {err!r}")
@@ -487,7 +370,7 @@ class Iperf3Server:
     def stop(self) -> None:
         """Stop the server (its whole process group) if it still runs."""
         if self.proc is not None and self.proc.poll() is None:
-            _kill_group(self.proc)
+            kill_group(self.proc)
         if self.proc is not None and self.proc.stderr:
             self.proc.stderr.close()
 
@@ -604,6 +487,12 @@ class Iperf3Engine:
         self.driver = Iperf3Driver(binary, json_stream)
         self.timeout = timeout
 
+    def unavailable(self) -> str | None:
+        """Why iperf3 cannot run here (the binary is missing), or None."""
+        if shutil.which(self.binary) is None:
+            return f"iperf3: {self.binary!r} not found on PATH: install the iperf3 package"
+        return None
+
     @staticmethod
     def _plan(cpus: tuple[int, ...] | None) -> PinningPlan | None:
         return PinningPlan(tuple(cpus), None) if cpus else None
@@ -631,30 +520,16 @@ class Iperf3Engine:
         job.check("receive")
         if job.destination is not None:
             raise ValueError("iperf3 moves memory only: receive files with the builtin or fdt engine")
-        port = job.port or _free_port(job.host)
+        port = job.port or free_port(job.host)
         argv = [*server_argv(port, one_off=True, bind=job.host, binary=self.binary), "--json"]
         plan = self._plan(job.cpus)
         pinned = wrap_command(argv, plan, localalloc=True) if plan else PinnedCommand(argv, Pinning(note="not pinned"))
         collected: list[str] = []
-        stop_waiting = threading.Event()
-
-        def announce() -> None:
-            while not stop_waiting.is_set():
-                if _listening(port):
-                    if ready is not None:
-                        ready((job.host, port))
-                    return
-                stop_waiting.wait(0.02)
-
-        waiter = threading.Thread(target=announce, daemon=True)
-        waiter.start()
         try:
-            outcome = stream_process(pinned.argv, collected.append, None, self.timeout, pinned.preexec_fn)
+            with announce_when_listening(job.host, port, ready):
+                outcome = stream_process(pinned.argv, collected.append, None, self.timeout, pinned.preexec_fn)
         except FileNotFoundError:
             return self.driver._failed(_as_job(job), pinned.pinning, f"iperf3 not found ({self.binary!r})")
-        finally:
-            stop_waiting.set()
-            waiter.join(timeout=2.0)
         if outcome.timed_out:
             return self.driver._failed(
                 _as_job(job), pinned.pinning, f"iperf3 server got no complete test within {self.timeout:g} s"
@@ -671,10 +546,3 @@ class Iperf3Engine:
 
 def _as_job(job: TransferJob) -> Iperf3Job:
     return Iperf3Job(job.transfer_id, job.host, port=job.port, streams=job.streams)
-
-
-def _free_port(host: str) -> int:
-    """A TCP port free on `host` right now (the server binds it a moment later)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])

@@ -1,5 +1,5 @@
-"""RDMA (RoCE / InfiniBand) transfers with perftest's `ib_write_bw`: availability, output parsers
-and a process driver.
+"""RDMA (RoCE / InfiniBand) transfers with perftest's `ib_write_bw`: availability, output parsers,
+a process driver and the `RdmaEngine`.
 
 `ib_write_bw --report_gbits` prints a table after its banner:
 
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dtn_agent.engines.iperf3 import stream_process
+from dtn_agent.engines import EngineUnavailable, ReadyCallback, ReportSink, TransferJob
+from dtn_agent.engines.process import announce_when_listening, free_port, stream_process
 from dtn_agent.pinning import PinnedCommand, PinningPlan, wrap_command
 from dtn_agent.reports import Pinning, RateReport, StreamRate, TransferResult
 
@@ -77,9 +78,17 @@ def _unit_factor(unit: str) -> float:
 
 
 def _report(
-    transfer_id: str, msg_size: int, iterations: int, avg_bps: float, qps: int, pinning: Pinning, final: bool
+    transfer_id: str,
+    msg_size: int,
+    iterations: int,
+    avg_bps: float,
+    qps: int,
+    pinning: Pinning,
+    final: bool,
+    iters_per_qp: bool = False,
 ) -> RateReport:
-    total = msg_size * iterations
+    """One report from a result row; `iters_per_qp`: a `-n` run, whose #iterations counts one QP's messages."""
+    total = msg_size * iterations * (qps if iters_per_qp else 1)
     seconds = total * 8 / avg_bps if avg_bps > 0 else 0.0
     per_qp = tuple(StreamRate(stream=i, bits_per_second=avg_bps / qps, bytes_total=total // qps) for i in range(qps))
     return RateReport(
@@ -98,8 +107,11 @@ def _report(
 class PerftestTextParser:
     """Reads ib_write_bw's text output line by line; each table row becomes a report."""
 
-    def __init__(self, transfer_id: str, qps: int = 1, pinning: Pinning | None = None) -> None:
+    def __init__(
+        self, transfer_id: str, qps: int = 1, pinning: Pinning | None = None, iters_per_qp: bool = False
+    ) -> None:
         self.transfer_id = transfer_id
+        self.iters_per_qp = iters_per_qp  # a -n run: #iterations is per QP (a -D run counts all of them)
         self.qps = max(1, qps)
         self.pinning = pinning or Pinning()
         self.factor: float | None = None
@@ -121,7 +133,9 @@ class PerftestTextParser:
                 self.errors.append(line.strip())
             return None
         size, iters, _peak, avg = int(row[1]), int(row[2]), float(row[3]), float(row[4])
-        report = _report(self.transfer_id, size, iters, avg * self.factor, self.qps, self.pinning, False)
+        report = _report(
+            self.transfer_id, size, iters, avg * self.factor, self.qps, self.pinning, False, self.iters_per_qp
+        )
         self.rows.append(report)
         return report
 
@@ -155,9 +169,16 @@ def _repair_json(text: str) -> str:
 
 
 def parse_json(
-    output: str | dict[str, Any], transfer_id: str, gbits: bool = True, pinning: Pinning | None = None
+    output: str | dict[str, Any],
+    transfer_id: str,
+    gbits: bool = True,
+    pinning: Pinning | None = None,
+    iters_per_qp: bool = False,
 ) -> RateReport:
-    """The final report from perftest's `--out_json` document (`gbits`: run with --report_gbits)."""
+    """The final report from perftest's `--out_json` document (`gbits`: run with --report_gbits).
+
+    `iters_per_qp`: the test ran with `-n`, so `n_iterations` counts the messages of one QP.
+    """
     if isinstance(output, dict):
         doc: Any = output
     else:
@@ -182,6 +203,7 @@ def parse_json(
         qps,
         pinning or Pinning(),
         True,
+        iters_per_qp,
     )
 
 
@@ -201,11 +223,13 @@ class RdmaJob:
     duration: int = 10  # -D seconds
     size: int = 65536  # -s message size
     gid_index: int | None = None  # -x, RoCE
+    iterations: int | None = None  # -n messages per QP instead of -D duration (perftest: at least 5)
+    rate_gbps: float | None = None  # --rate_limit in Gbit/s (software limiter), all of the test
     extra: tuple[str, ...] = field(default_factory=tuple)
 
 
 def client_argv(job: RdmaJob, json_file: str | None = None, binary: str = BINARY) -> list[str]:
-    """`ib_write_bw --report_gbits -D secs -q qps -s size -p port [-d dev] [-x gid] [--out_json ...] HOST`."""
+    """`ib_write_bw --report_gbits -D secs|-n iters -q qps -s size -p port [-d dev] [-x gid] [--out_json ...] HOST`."""
     argv = server_argv(job, json_file, binary)
     argv.append(job.host)
     return argv
@@ -215,8 +239,11 @@ def server_argv(job: RdmaJob, json_file: str | None = None, binary: str = BINARY
     """The ib_write_bw server side of `job` (the same options, without the host)."""
     if job.qps < 1:
         raise ValueError(f"qps must be at least 1, not {job.qps}")
-    argv = [binary, "--report_gbits", "-D", str(job.duration), "-q", str(job.qps), "-s", str(job.size)]
+    length = ["-n", str(job.iterations)] if job.iterations is not None else ["-D", str(job.duration)]
+    argv = [binary, "--report_gbits", *length, "-q", str(job.qps), "-s", str(job.size)]
     argv += ["-p", str(job.port)]
+    if job.rate_gbps is not None:
+        argv += [f"--rate_limit={job.rate_gbps:g}", "--rate_units=g", "--rate_limit_type=SW"]
     if job.device:
         argv += ["-d", job.device]
     if job.gid_index is not None:
@@ -241,24 +268,29 @@ class RdmaDriver:
         cancel: threading.Event | None = None,
         timeout: float | None = None,
         plan: PinningPlan | None = None,
+        server: bool = False,
     ) -> TransferResult:
-        """Run `job` and report its result; without RDMA here, an ok=False result with the reason."""
+        """Run `job` (the client, or with `server` the server side) and report its result.
+
+        Without RDMA here, an ok=False result with the reason.
+        """
         empty = RateReport(job.transfer_id, ENGINE, 0.0, 0.0, 0.0, 0, final=True)
         avail = available(self.sysfs, self.binary)
         if not avail.ok:
             return TransferResult(empty, ok=False, error=avail.reason)
         with tempfile.TemporaryDirectory(prefix="tsdn-perftest-") as tmp:
             json_file = str(Path(tmp) / "result.json")
-            argv = client_argv(job, json_file, self.binary)
+            argv = (server_argv if server else client_argv)(job, json_file, self.binary)
             pinned = wrap_command(argv, plan) if plan else PinnedCommand(argv, Pinning(note="not pinned"))
-            parser = PerftestTextParser(job.transfer_id, job.qps, pinned.pinning)
+            per_qp = job.iterations is not None
+            parser = PerftestTextParser(job.transfer_id, job.qps, pinned.pinning, per_qp)
 
             def on_line(line: str) -> None:
                 rep = parser.feed_line(line)
                 if rep is not None:
                     reports(rep)
 
-            limit = timeout if timeout is not None else job.duration + 60.0
+            limit = timeout if timeout is not None else (job.duration + 60.0 if job.iterations is None else None)
             try:
                 outcome = stream_process(pinned.argv, on_line, cancel, limit, pinned.preexec_fn)
             except FileNotFoundError:
@@ -266,11 +298,13 @@ class RdmaDriver:
             if outcome.cancelled:
                 return TransferResult(empty, ok=False, error="cancelled")
             if outcome.timed_out:
-                return TransferResult(empty, ok=False, error=f"ib_write_bw did not finish within {limit:g} s: killed")
+                return TransferResult(
+                    empty, ok=False, error=f"ib_write_bw did not finish within {limit or 0:g} s: killed"
+                )
             try:
                 path = Path(json_file)
                 final = (
-                    parse_json(path.read_text(), job.transfer_id, True, pinned.pinning)
+                    parse_json(path.read_text(), job.transfer_id, True, pinned.pinning, per_qp)
                     if path.is_file() and path.stat().st_size
                     else parser.finish()
                 )
@@ -281,3 +315,96 @@ class RdmaDriver:
         if outcome.returncode != 0:
             return TransferResult(final, ok=False, error=f"ib_write_bw exited with status {outcome.returncode}")
         return TransferResult(final, ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# the Engine interface (dtn_agent.engines.Engine)
+
+UNAVAILABLE_HINT = "RoCE needs a NIC with RDMA (mlx5...) and perftest's ib_write_bw"
+
+
+def iterations_for(size: int, msg_size: int, qps: int) -> int:
+    """ib_write_bw's `-n` (messages per QP) that moves at least `size` bytes over `qps` QPs (at least 5)."""
+    per_qp = -(-size // qps)
+    return max(5, -(-per_qp // msg_size))
+
+
+class RdmaEngine:
+    """perftest's `ib_write_bw` behind the agent's Engine interface: memory-to-memory only.
+
+    `size` becomes the iteration count (`-n`, messages of `msg_size` bytes per QP, rounded up), so
+    both sides must be given the same job; `streams` are queue pairs (`-q`); `pacing_bps` is
+    perftest's software rate limiter (`--rate_limit` in Gbit/s); `cpus` pins the process with
+    numactl `--localalloc`. Where the host has no RDMA device or no ib_write_bw, send and receive
+    raise EngineUnavailable before anything starts.
+    """
+
+    name = ENGINE
+
+    def __init__(
+        self,
+        device: str | None = None,
+        gid_index: int | None = None,
+        msg_size: int = 65536,
+        binary: str = BINARY,
+        sysfs: Path = SYSFS,
+        timeout: float | None = None,
+    ) -> None:
+        if msg_size < 1:
+            raise ValueError(f"msg_size must be positive, not {msg_size}")
+        self.device = device
+        self.gid_index = gid_index
+        self.msg_size = msg_size
+        self.binary = binary
+        self.sysfs = sysfs
+        self.timeout = timeout
+        self.driver = RdmaDriver(binary, sysfs)
+
+    def unavailable(self) -> str | None:
+        """Why RDMA transfers cannot run here (no RDMA device, no ib_write_bw), or None."""
+        avail = available(self.sysfs, self.binary)
+        return None if avail.ok else f"rdma: {avail.reason}; {UNAVAILABLE_HINT}"
+
+    def _rdma_job(self, job: TransferJob, side: str) -> RdmaJob:
+        """The perftest job of one side of `job`; ValueError or EngineUnavailable before anything runs."""
+        job.check(side)
+        if job.files or job.destination is not None:
+            raise ValueError("rdma moves memory only: send files with the builtin or fdt engine")
+        if job.size is None:
+            raise ValueError(f"rdma: the {side} job needs size: both ib_write_bw sides run the same iteration count")
+        if job.size == 0:
+            raise ValueError("rdma cannot send 0 bytes")
+        reason = self.unavailable()
+        if reason:
+            raise EngineUnavailable(reason)
+        return RdmaJob(
+            job.transfer_id,
+            job.host,
+            device=self.device,
+            port=job.port,
+            qps=job.streams,
+            size=self.msg_size,
+            gid_index=self.gid_index,
+            iterations=iterations_for(job.size, self.msg_size, job.streams),
+            rate_gbps=job.pacing_bps / 1e9 if job.pacing_bps else None,
+        )
+
+    @staticmethod
+    def _plan(cpus: tuple[int, ...] | None) -> PinningPlan | None:
+        return PinningPlan(tuple(cpus), None) if cpus else None
+
+    def send(self, job: TransferJob, reports: ReportSink) -> TransferResult:
+        """Write `job.size` bytes to the ib_write_bw server at `job.host`:`job.port`."""
+        rjob = self._rdma_job(job, "send")
+        return self.driver.run(rjob, reports, timeout=self.timeout, plan=self._plan(job.cpus))
+
+    def receive(self, job: TransferJob, reports: ReportSink, ready: ReadyCallback | None = None) -> TransferResult:
+        """Run the ib_write_bw server on `job.port` (0: a free port) and report the test it served.
+
+        `ready` gets (`job.host`, port) once perftest's TCP exchange port listens.
+        """
+        rjob = self._rdma_job(job, "receive")
+        port = job.port or free_port(job.host)
+        rjob = replace(rjob, port=port)
+        with announce_when_listening(job.host, port, ready):
+            return self.driver.run(rjob, reports, timeout=self.timeout, plan=self._plan(job.cpus), server=True)
