@@ -55,19 +55,33 @@ class ControllerProcess:
     """A `tsdn controller` process controlling `topology` over OpenFlow; can be killed and started again."""
 
     def __init__(self, tmp_path: Path, openflow_port: int, topology: str = "ring8", scale: float = SCALE,
-                 extra: tuple[str, ...] = ()):
+                 extra: tuple[str, ...] = (), agents: tuple[str, ...] = ()):
+        """`agents`: DTNs that get an agent token bound to them (`agent_token(dtn)`), and the
+        controller also listens on `agent_socket`, which Mininet hosts reach."""
         self.tmp_path = tmp_path
         self.openflow_port = openflow_port
         self.topology = topology
         self.scale = scale
         self.extra = extra
         self.grpc_address = "127.0.0.1:0"
+        self.agent_socket = f"unix:{tmp_path / 'grpc.sock'}"
         self.process: subprocess.Popen | None = None
         self.log: list[str] = []
+        entries = [{"principal": "rucio", "role": "service", "token": TOKEN}]
+        for dtn in agents:
+            token = f"agent-{dtn}-{os.urandom(8).hex()}"
+            entries.append({"principal": f"agent-{dtn}", "role": "agent", "token": token, "dtn": dtn})
+            self.agent_token(dtn).write_text(token)
+        if agents:
+            self.extra = (*self.extra, "--also-listen", self.agent_socket)
         tokens = tmp_path / "tokens.yaml"
-        tokens.write_text(yaml.safe_dump({"tokens": [{"principal": "rucio", "role": "service", "token": TOKEN}]}))
+        tokens.write_text(yaml.safe_dump({"tokens": entries}))
         tokens.chmod(0o600)
         (tmp_path / "rucio.token").write_text(TOKEN)
+
+    def agent_token(self, dtn: str) -> Path:
+        """The token file of the agent of `dtn`."""
+        return self.tmp_path / f"agent-{dtn}.token"
 
     def start(self) -> str:
         """Start it (on the gRPC address it had before, if any); return that address."""

@@ -6,19 +6,18 @@ registry (marking silent agents LOST) and publishes its events to the registry's
 
 from __future__ import annotations
 
-import queue
 from collections.abc import Iterator
-
-import grpc
 
 from northbound.auth import Authenticator
 from northbound.convert import timestamp_out
 from northbound.proto.tsdn.v1 import agent_pb2 as pb
 from northbound.proto.tsdn.v1 import agent_pb2_grpc as pb_grpc
-from northbound.servicers import WATCH_POLL_SECONDS, _Base, _status, rpc
+from northbound.servicers import _Base, rpc
+from northbound.transfers import job_out, rate_in, role_in
 from sdn_app.core.agents import Agent, AgentEvent, AgentFacts, AgentRegistry, AgentState, NicFacts, RdmaFacts
-from sdn_app.core.errors import InvalidArgument, TsdnError
+from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.reservations import Principal
+from sdn_app.core.transfers import JobOffer, TransferDesk
 from sdn_app.worker import CoreWorker
 
 MAX_FACT_ITEMS = 4096  # NICs, CPUs, ... per list: a real host has far fewer
@@ -44,15 +43,19 @@ def facts_in(message: pb.HostFacts) -> AgentFacts:
     for i, nic in enumerate(nics):
         if not nic.name:
             raise InvalidArgument(f"facts.nics[{i}].name: empty; every NIC needs its interface name")
+    if message.data_nic and message.data_nic not in {nic.name for nic in nics}:
+        raise InvalidArgument(f"facts.data_nic {message.data_nic!r}: not one of the NICs reported "
+                              f"({', '.join(nic.name for nic in nics) or 'none'})")
     rdma = tuple(RdmaFacts(d.name, tuple(d.netdevs)) for d in _bounded(message.rdma_devices, "rdma_devices"))
     numa = tuple((n.node, tuple(n.cpus)) for n in _bounded(message.numa_nodes, "numa_nodes"))
     return AgentFacts(nics=nics, rdma_devices=rdma, cpus=tuple(_bounded(message.cpus, "cpus")), numa_nodes=numa,
-                      agent_version=message.agent_version, hostname=message.hostname)
+                      agent_version=message.agent_version, hostname=message.hostname, data_nic=message.data_nic)
 
 
 def facts_out(facts: AgentFacts) -> pb.HostFacts:
     """The `HostFacts` message of the core's facts."""
     message = pb.HostFacts(cpus=facts.cpus, agent_version=facts.agent_version, hostname=facts.hostname,
+                           data_nic=facts.data_nic,
                            rdma_devices=[pb.AgentRdmaDevice(name=d.name, netdevs=d.netdevs)
                                          for d in facts.rdma_devices],
                            numa_nodes=[pb.NumaNode(node=node, cpus=cpus) for node, cpus in facts.numa_nodes])
@@ -86,9 +89,11 @@ def event_out(event: AgentEvent) -> pb.AgentEvent:
 class AgentServicer(_Base, pb_grpc.AgentServiceServicer):
     """tsdn.v1.AgentService over `registry`, which the worker owns and ticks."""
 
-    def __init__(self, worker: CoreWorker, auth: Authenticator, registry: AgentRegistry):
+    def __init__(self, worker: CoreWorker, auth: Authenticator, registry: AgentRegistry, desk: TransferDesk):
         super().__init__(worker, auth)
         self.registry = registry
+        self.desk = desk
+        self.hub = worker.hub_for(registry)
 
     @rpc
     def RegisterAgent(self, request: pb.RegisterAgentRequest, context, principal: Principal):
@@ -112,35 +117,46 @@ class AgentServicer(_Base, pb_grpc.AgentServiceServicer):
         return self.worker.call(lambda: agent_out(self.registry.get(request.name)))
 
     def WatchAgents(self, request: pb.WatchAgentsRequest, context) -> Iterator[pb.AgentEvent]:
-        hub = self.worker.hub_for(self.registry)
-        try:
-            principal = self.auth.authenticate(context.invocation_metadata())
+        def subscribe(principal: Principal):
             self.registry.check_may_read(principal)
-            # On the worker thread: the snapshot and the subscription see exactly the same events.
-            subscription, existing = self.worker.call(lambda: (hub.subscribe(lambda _: True), self.registry.list()))
-        except TsdnError as error:
-            context.abort(_status(error), str(error))
-        context.add_callback(lambda: hub.unsubscribe(subscription))
-        try:
+            return self.hub.subscribe(lambda event: isinstance(event, AgentEvent)), self.registry.list()
+
+        def first(existing: list[Agent]) -> Iterator[pb.AgentEvent]:
             if request.include_existing:
                 for agent in existing:
                     yield pb.AgentEvent(state=_state_out(agent.state), reason="snapshot", agent=agent_out(agent))
-            closed = False
-            while context.is_active():
-                try:
-                    event = subscription.events.get(timeout=WATCH_POLL_SECONDS)
-                except queue.Empty:
-                    if subscription.overflowed:
-                        break
-                    continue
-                if event is None:
-                    closed = True
-                    break
-                yield event_out(event)
-        finally:
-            hub.unsubscribe(subscription)
-        if subscription.overflowed:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          "this watcher fell too far behind; watch again with include_existing to resynchronize")
-        if (closed and context.is_active()) or not self.worker.running:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down; watch again after restart")
+        return self.stream(context, self.hub, subscribe, first, event_out)
+
+    def TakeJobs(self, request: pb.TakeJobsRequest, context) -> Iterator[pb.TransferJob]:
+        hub = self.worker.hub_for(self.desk)
+
+        def subscribe(principal: Principal):
+            pending = self.desk.jobs_for(principal, request.dtn, self.auth.bound_dtn(principal))
+            wanted = request.dtn
+            return hub.subscribe(lambda e: isinstance(e, JobOffer) and e.job.dtn == wanted), pending
+        return self.stream(context, hub, subscribe, lambda pending: (job_out(job) for job in pending),
+                           lambda offer: job_out(offer.job))
+
+    @rpc
+    def ReportTransfer(self, request: pb.TransferReport, context, principal: Principal):
+        bound = self.auth.bound_dtn(principal)
+        role = role_in(request.role)
+        which = request.WhichOneof("what")
+        desk = self.desk
+        if which == "listening_port":
+            stop, why = self.worker.call(lambda: desk.receiver_ready(
+                principal, request.dtn, request.transfer, request.listening_port, request.listening_host, bound))
+        elif which == "rate":
+            report = rate_in(request.rate, request.transfer)
+            stop, why = self.worker.call(lambda: desk.report(principal, request.dtn, request.transfer, role,
+                                                             report, bound))
+        elif which == "outcome":
+            outcome = request.outcome
+            final = rate_in(request.final, request.transfer) if request.HasField("final") else None
+            verified = outcome.checksums_verified if outcome.HasField("checksums_verified") else None
+            transfer = self.worker.call(lambda: desk.finished(principal, request.dtn, request.transfer, role,
+                                                              outcome.ok, outcome.error, verified, final, bound))
+            stop, why = True, transfer.reason
+        else:
+            raise InvalidArgument("give one of listening_port, rate and outcome")
+        return pb.ReportTransferResponse(stop=stop, reason=why)

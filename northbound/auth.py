@@ -151,7 +151,10 @@ class Authenticator:
 
 
 def is_loopback(address: str) -> bool:
-    """Whether a listen address `host:port` is on the loopback interface only."""
+    """Whether a listen address `host:port` is on the loopback interface only (or is a local
+    `unix:PATH` socket)."""
+    if address.startswith("unix:"):
+        return True
     host = address.rsplit(":", 1)[0].strip("[]")
     if host == "localhost":
         return True

@@ -29,6 +29,8 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc as pb_grpc
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
 from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
+from northbound.proto.tsdn.v1 import transfer_pb2 as transfer_pb
+from northbound.proto.tsdn.v1 import transfer_pb2_grpc as transfer_grpc
 
 T = TypeVar("T")
 POLICIES = {"shortest": pb.SHORTEST, "widest": pb.WIDEST}
@@ -64,6 +66,7 @@ class TsdnClient:
         self._bandwidth = pb_grpc.BandwidthServiceStub(self._channel)
         self._topology = topo_grpc.TopologyServiceStub(self._channel)
         self._agents = agent_grpc.AgentServiceStub(self._channel)
+        self._transfers = transfer_grpc.TransferServiceStub(self._channel)
 
     def __enter__(self) -> TsdnClient:
         return self
@@ -211,9 +214,55 @@ class TsdnClient:
         request = agent_pb.WatchAgentsRequest(include_existing=include_existing)
         yield from self._stream(self._agents.WatchAgents, request, timeout)
 
+    def take_jobs(self, dtn: str, timeout: float | None = None) -> Iterator[agent_pb.TransferJob]:
+        """Stream the transfer jobs for DTN `dtn` (pending ones first) until the caller stops."""
+        yield from self._stream(self._agents.TakeJobs, agent_pb.TakeJobsRequest(dtn=dtn), timeout)
+
+    def report_transfer(self, report: agent_pb.TransferReport) -> agent_pb.ReportTransferResponse:
+        """One side's news of a transfer (listening, a rate, its end); the answer says whether to stop."""
+        return self._call(self._agents.ReportTransfer, report)
+
+    # -- TransferService -----------------------------------------------------------------
+
+    def start_transfer(self, src: str, dst: str, bandwidth_bps: int, *, size: int | None = None,
+                       files: Sequence[str] = (), destination: str = "", streams: int = 1,
+                       engine: str = "builtin", policy: str = "shortest",
+                       request_id: str | None = None) -> transfer_pb.Transfer:
+        """Book a path and start a transfer of `size` bytes (memory-to-memory) or of `files`
+        (absolute paths on `src`) into `destination` (a directory on `dst`)."""
+        request = transfer_pb.StartTransferRequest(
+            src_dtn=src, dst_dtn=dst, bandwidth_bps=bandwidth_bps, destination=destination, streams=streams,
+            engine=engine, policy=POLICIES[policy], request_id=request_id or str(uuid.uuid4()))
+        if size is not None:
+            request.size_bytes = size
+        if files:
+            request.files.paths.extend(files)
+        return self._call(self._transfers.StartTransfer, request)
+
+    def get_transfer(self, name: str) -> transfer_pb.Transfer:
+        """The transfer `transfers/{id}`."""
+        return self._call(self._transfers.GetTransfer, transfer_pb.GetTransferRequest(name=_transfer(name)))
+
+    def list_transfers(self) -> list[transfer_pb.Transfer]:
+        """The transfers the caller may see, newest first."""
+        return list(self._call(self._transfers.ListTransfers, transfer_pb.ListTransfersRequest()).transfers)
+
+    def cancel_transfer(self, name: str) -> transfer_pb.Transfer:
+        """Stop a transfer and release its path."""
+        return self._call(self._transfers.CancelTransfer, transfer_pb.CancelTransferRequest(name=_transfer(name)))
+
+    def watch_transfer(self, name: str, timeout: float | None = None) -> Iterator[transfer_pb.TransferEvent]:
+        """A snapshot, then the transfer's changes and rates, until it ends (or `timeout` passes)."""
+        request = transfer_pb.WatchTransferRequest(name=_transfer(name))
+        yield from self._stream(self._transfers.WatchTransfer, request, timeout)
+
 
 def _name(name: str) -> str:
     return name if name.startswith("reservations/") else f"reservations/{name}"
+
+
+def _transfer(name: str) -> str:
+    return name if name.startswith("transfers/") else f"transfers/{name}"
 
 
 def _set_window(request: Any, start: float | None, end: float | None, duration: float | None) -> None:

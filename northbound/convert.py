@@ -68,7 +68,8 @@ def _names(values, field: str) -> tuple[str, ...]:
     return tuple(values)
 
 
-def _policy(value: int) -> str:
+def policy_in(value: int) -> str:
+    """The core policy name of a PathPolicy value."""
     try:
         return _POLICIES[value]
     except KeyError:
@@ -102,7 +103,7 @@ def path_request_in(message, bandwidth: int, now: float, protect: bool = False) 
     start, end = window_in(message, now)
     return PathRequest(
         src=message.source_dtn, dst=message.destination_dtn, bandwidth=bandwidth, start=start, end=end,
-        policy=_policy(message.policy), include=_names(message.include, "include"),
+        policy=policy_in(message.policy), include=_names(message.include, "include"),
         exclude=_names(message.exclude, "exclude"),
         max_hops=message.max_hops if message.HasField("max_hops") else None, protect=protect,
     )
@@ -110,7 +111,7 @@ def path_request_in(message, bandwidth: int, now: float, protect: bool = False) 
 
 def path_choice_in(message: pb.PathConstraints) -> PathChoice:
     """A core `PathChoice` from PathConstraints."""
-    return PathChoice(policy=_policy(message.policy), include=_names(message.include, "path.include"),
+    return PathChoice(policy=policy_in(message.policy), include=_names(message.include, "path.include"),
                       exclude=_names(message.exclude, "path.exclude"),
                       max_hops=message.max_hops if message.HasField("max_hops") else None)
 

@@ -23,7 +23,7 @@ from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
 from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
 from sdn_app.core.errors import InvalidArgument, TsdnError
 from sdn_app.core.reservations import Event, Principal, ReservationBook
-from sdn_app.worker import CoreWorker
+from sdn_app.worker import CoreWorker, EventHub, Subscription
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -57,6 +57,47 @@ class _Base:
     def __init__(self, worker: CoreWorker, auth: Authenticator):
         self.worker = worker
         self.auth = auth
+
+    def stream(self, context: grpc.ServicerContext, hub: EventHub,
+               subscribe: Callable[[Principal], tuple[Subscription, Any]], first: Callable[[Any], Iterator[Any]],
+               event_out: Callable[[Any], Any], ends: Callable[[Any], bool] = lambda _: False) -> Iterator[Any]:
+        """A server stream: authenticate, `subscribe` on the worker thread (so its snapshot and
+        the subscription see exactly the same events), yield `first(snapshot)`, then
+        `event_out(event)` for each event (None: skip it) until the caller cancels, the server
+        stops, or an event `ends` the stream; a `first` that returns True ends it after the snapshot."""
+        try:
+            principal = self.auth.authenticate(context.invocation_metadata())
+            subscription, snapshot = self.worker.call(lambda: subscribe(principal))
+        except TsdnError as error:
+            context.abort(_status(error), str(error))
+        context.add_callback(lambda: hub.unsubscribe(subscription))
+        try:
+            if (yield from first(snapshot)):
+                return
+            closed = False
+            while context.is_active():
+                try:
+                    event = subscription.events.get(timeout=WATCH_POLL_SECONDS)
+                except queue.Empty:
+                    if subscription.overflowed:  # its queue was full: there was no room for the wake-up
+                        break
+                    continue
+                if event is None:
+                    closed = True
+                    break
+                message = event_out(event)
+                if message is not None:
+                    yield message
+                if ends(event):
+                    return
+        finally:
+            hub.unsubscribe(subscription)
+        if subscription.overflowed:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          "this watcher fell too far behind; watch again (with include_existing) to resynchronize")
+        # Closed while the caller still listens: the server is stopping (the worker stops only after it).
+        if (closed and context.is_active()) or not self.worker.running:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down; watch again after restart")
 
     @property
     def book(self) -> ReservationBook:
@@ -124,36 +165,12 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
         return self.worker.call(query)
 
     def WatchReservations(self, request: pb.WatchReservationsRequest, context) -> Iterator[pb.ReservationEvent]:
-        try:
-            principal = self.auth.authenticate(context.invocation_metadata())
-            subscription, existing = self.worker.call(lambda: self._subscribe(principal, request))
-        except TsdnError as error:
-            context.abort(_status(error), str(error))
-        context.add_callback(lambda: self.worker.hub.unsubscribe(subscription))
-        try:
+        def first(existing: list) -> Iterator[pb.ReservationEvent]:
             for reservation in existing:
                 yield pb.ReservationEvent(state=convert.state_out(reservation.state), reason="snapshot",
                                           reservation=convert.reservation_out(reservation))
-            closed = False
-            while context.is_active():
-                try:
-                    event = subscription.events.get(timeout=WATCH_POLL_SECONDS)
-                except queue.Empty:
-                    if subscription.overflowed:  # its queue was full: there was no room for the wake-up
-                        break
-                    continue
-                if event is None:
-                    closed = True
-                    break
-                yield convert.event_out(event)
-        finally:
-            self.worker.hub.unsubscribe(subscription)
-        if subscription.overflowed:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          "this watcher fell too far behind; watch again with include_existing to resynchronize")
-        # Closed while the caller still listens: the server is stopping (the worker stops only after it).
-        if (closed and context.is_active()) or not self.worker.running:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down; watch again after restart")
+        return self.stream(context, self.worker.hub, lambda principal: self._subscribe(principal, request),
+                           first, convert.event_out)
 
     def _subscribe(self, principal: Principal, request: pb.WatchReservationsRequest):
         """On the worker thread: the snapshot and the subscription see exactly the same events."""

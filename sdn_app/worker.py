@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sdn_app.core.plans import Step, SwitchPlan
 from sdn_app.core.reservations import Change, Event, ReservationBook
@@ -107,6 +107,15 @@ class Ticker(Protocol):
 
     def take_events(self) -> list[Any]:
         """The events since the last call."""
+        ...
+
+
+@runtime_checkable
+class Observer(Protocol):
+    """A ticker that also follows the reservation book's events."""
+
+    def observe(self, events: list[Event]) -> None:
+        """Take the book's events, after watchers got them."""
         ...
 
 
@@ -414,7 +423,16 @@ class CoreWorker:
         self._publish()
 
     def _publish(self) -> None:
-        self.hub.publish(self.book.take_events())
+        events = self.book.take_events()
+        while events:  # observers may change reservations in turn (a transfer ending releases its path)
+            self.hub.publish(events)
+            for ticker, _ in self._tickers:
+                if isinstance(ticker, Observer):
+                    try:
+                        ticker.observe(events)
+                    except Exception:
+                        log.exception("%s failed to observe reservation events", type(ticker).__name__)
+            events = self.book.take_events()
         for ticker, hub in self._tickers:
             hub.publish(ticker.take_events())
         changes = self.book.take_changes()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sdn_app.cli import agent, bench, controller, path, topo
+from sdn_app.cli import agent, bench, controller, path, topo, transfer
 from sdn_app.cli.output import fail
 from sdn_app.core.errors import TsdnError
 
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     controller.register(commands)
     bench.register(commands)
     agent.register(commands)
+    transfer.register(commands)
     return parser
 
 

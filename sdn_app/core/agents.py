@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from sdn_app.core.clock import Clock
 from sdn_app.core.errors import InvalidArgument, NotFound, PermissionDenied
-from sdn_app.core.reservations import Principal, Role
+from sdn_app.core.reservations import HostLimit, Principal, Role
 from sdn_app.core.topology import Topology
 
 DEFAULT_HEARTBEAT_TIMEOUT = 15.0
@@ -64,6 +64,14 @@ class AgentFacts:
     numa_nodes: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (node, its CPUs)
     agent_version: str = ""
     hostname: str = ""
+    data_nic: str = ""  # the NIC that carries transfers; empty: the fastest
+
+    def transfer_nic(self) -> NicFacts | None:
+        """The NIC transfers use: `data_nic`, else the one of highest known capacity."""
+        if self.data_nic:
+            return next((nic for nic in self.nics if nic.name == self.data_nic), None)
+        known = [nic for nic in self.nics if nic.capacity_bps is not None]
+        return max(known, key=lambda nic: nic.capacity_bps or 0, default=None)
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,7 @@ class AgentRegistry:
     topology: Topology
     clock: Clock
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    emulation_scale: float = 1.0  # hosts carry nominal rates x this (Mininet)
     _agents: dict[str, Agent] = field(default_factory=dict, init=False)
     _events: list[AgentEvent] = field(default_factory=list, init=False)
 
@@ -109,6 +118,8 @@ class AgentRegistry:
         if not (self.heartbeat_timeout > 0 and math.isfinite(self.heartbeat_timeout)):
             raise InvalidArgument(f"agent heartbeat timeout: must be a positive number of seconds, "
                                   f"got {self.heartbeat_timeout}")
+        if not 0 < self.emulation_scale <= 1:
+            raise InvalidArgument(f"emulation scale: must be in (0, 1], got {self.emulation_scale}")
 
     def register(self, principal: Principal, dtn: str, facts: AgentFacts, bound_dtn: str | None = None) -> Agent:
         """Record (or replace) the agent of `dtn` with `facts`, ONLINE as of now.
@@ -161,6 +172,23 @@ class AgentRegistry:
                 self._agents[dtn] = lost
                 events.append(self._emit(AgentState.ONLINE, lost, reason))
         return events
+
+    def lost_reason(self, dtn: str) -> str | None:
+        """Why the agent of `dtn` is LOST, or None when it is not (online, or never registered)."""
+        agent = self._agents.get(dtn)
+        return agent.reason if agent is not None and agent.state is AgentState.LOST else None
+
+    def host_limit(self, dtn: str) -> HostLimit | None:
+        """What the host of `dtn` can carry, in nominal bits/s, as its agent found (None: no
+        agent registered, or its transfer NIC's capacity is unknown)."""
+        agent = self._agents.get(dtn)
+        nic = agent.facts.transfer_nic() if agent is not None else None
+        if nic is None or nic.capacity_bps is None:
+            return None
+        why = f"{nic.limit or 'its capacity'} (NIC {nic.name}, as its agent reported)"
+        if self.emulation_scale != 1:
+            why += f"; emulated at scale {self.emulation_scale:g}"
+        return HostLimit(int(nic.capacity_bps / self.emulation_scale), why)
 
     def next_deadline(self) -> float:
         """When the next ONLINE agent times out (epoch seconds); inf when none can."""

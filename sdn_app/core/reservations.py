@@ -33,7 +33,7 @@ import os
 import random
 import re
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
@@ -162,6 +162,14 @@ class PathChoice:
 
 
 @dataclass(frozen=True)
+class HostLimit:
+    """The most a DTN's host can carry (nominal bits/s) and what sets it, e.g. "PCIe Gen3 x8"."""
+
+    capacity_bps: int
+    why: str
+
+
+@dataclass(frozen=True)
 class Availability:
     """What one more reservation could get between two DTNs in a window."""
 
@@ -187,6 +195,7 @@ class ReservationBook:
         self.provisioning = provisioning
         self.finder = PathFinder(topology, ledger)
         self.advisor = advisor or RateAdvisor()
+        self.host_limits: Callable[[str], HostLimit | None] | None = None  # what a DTN's host can carry
         self._plans: dict[str, FlowPlan] = {}
         self._tokens: dict[str, int] = {}  # reservation -> token of its latest confirmed change
         self._awaiting_reconcile: dict[str, set[str]] = {}  # caught mid-change at start-up -> switches left
@@ -307,6 +316,7 @@ class ReservationBook:
         if request.end <= now:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
         self._check_pair_free(request)
+        self._check_hosts(request)
         route = self.finder.route(request)
         state, reason = (State.SCHEDULED, "") if request.start > now else self._started()
         if validate_only:
@@ -341,6 +351,17 @@ class ReservationBook:
                     f"{format_window(other.request.start, other.request.end)}; one reservation per DTN pair at a "
                     "time: modify its bandwidth or end instead, or ask for a window after it"
                 )
+
+    def _check_hosts(self, request: PathRequest) -> None:
+        """Refuse more than either DTN's host can carry (NIC or PCIe slot, as its agent found)."""
+        if self.host_limits is None:
+            return
+        for dtn in (request.src, request.dst):
+            limit = self.host_limits(dtn)
+            if limit is not None and request.bandwidth > limit.capacity_bps:
+                raise NoCapacity(
+                    f"{format_bandwidth(request.bandwidth)} is more than dtn {dtn} can carry: "
+                    f"{format_bandwidth(limit.capacity_bps)}, limited by {limit.why}")
 
     def _started(self) -> tuple[State, str]:
         """State and reason of a reservation whose window has just started."""
@@ -579,6 +600,8 @@ class ReservationBook:
                               max_hops=path.max_hops)
         if end is not None and end <= self.clock.now():
             raise InvalidArgument(f"end_time: {format_time(end)} is already past")
+        if request.bandwidth > old.request.bandwidth:
+            self._check_hosts(request)
         assert old.route is not None
         route = self.finder.route(request, ignore=old.id) if path is not None else old.route
         if validate_only:

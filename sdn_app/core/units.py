@@ -19,6 +19,9 @@ _BANDWIDTH_RE = re.compile(
     r"^\s*(?P<num>-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*"
     r"(?P<prefix>[kKmMgGtTpP]?)\s*(?P<unit>bps|bit/s|b/s|bits/s|b|bit|bits)?\s*$"
 )
+_SIZE_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15,
+               "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
+_SIZE_RE = re.compile(r"^\s*(?P<num>[0-9]+(?:\.[0-9]+)?)\s*(?P<prefix>(?:[kKmMgGtTpP]i?)?)\s*[bB]?\s*$")
 _DURATION_SCALE = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION_PART_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
 
@@ -54,6 +57,26 @@ def parse_bandwidth(text: str | int, what: str = "bandwidth") -> int:
     if value <= 0:
         raise InvalidArgument(f"{what}: must be greater than zero, got {text!r}")
     return int(value)
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """Return the bytes written as `text`: `50G` (10^9), `64MiB` (2^20), `1.5T`, `4096`."""
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise InvalidArgument(f"{what}: cannot read {text!r} as a size; write a number with an optional "
+                              "k/M/G/T/P (powers of 1000) or Ki/Mi/Gi/Ti (powers of 1024) prefix, e.g. 50G, 64MiB")
+    value = Decimal(match["num"]) * _SIZE_SCALE[match["prefix"].lower()]
+    if value != value.to_integral_value() or value <= 0:
+        raise InvalidArgument(f"{what}: {text!r} must be a positive whole number of bytes")
+    return int(value)
+
+
+def format_bytes(count: int | float) -> str:
+    """Return a byte count as people read it: `50.0 GB`, `64.0 MB`, `812 B` (powers of 1000)."""
+    for unit, factor in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= factor:
+            return f"{count / factor:.1f} {unit}"
+    return f"{int(count)} B"
 
 
 def format_bandwidth(bps: int | float) -> str:

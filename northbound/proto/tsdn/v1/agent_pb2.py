@@ -25,15 +25,17 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13tsdn/v1/agent.proto\x12\x07tsdn.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x02\n\x08\x41gentNic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\tspeed_bps\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x10\n\x03mtu\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x16\n\tnuma_node\x18\x04 \x01(\x05H\x02\x88\x01\x01\x12\x12\n\nlocal_cpus\x18\x05 \x03(\r\x12\x1c\n\x0fpcie_usable_bps\x18\x06 \x01(\x04H\x03\x88\x01\x01\x12\x19\n\x0c\x63\x61pacity_bps\x18\x07 \x01(\x04H\x04\x88\x01\x01\x12\r\n\x05limit\x18\x08 \x01(\t\x12\x10\n\x08warnings\x18\t \x03(\tB\x0c\n\n_speed_bpsB\x06\n\x04_mtuB\x0c\n\n_numa_nodeB\x12\n\x10_pcie_usable_bpsB\x0f\n\r_capacity_bps\"0\n\x0f\x41gentRdmaDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07netdevs\x18\x02 \x03(\t\"&\n\x08NumaNode\x12\x0c\n\x04node\x18\x01 \x01(\r\x12\x0c\n\x04\x63pus\x18\x02 \x03(\r\"\xba\x01\n\tHostFacts\x12\x1f\n\x04nics\x18\x01 \x03(\x0b\x32\x11.tsdn.v1.AgentNic\x12.\n\x0crdma_devices\x18\x02 \x03(\x0b\x32\x18.tsdn.v1.AgentRdmaDevice\x12\x0c\n\x04\x63pus\x18\x03 \x03(\r\x12%\n\nnuma_nodes\x18\x04 \x03(\x0b\x32\x11.tsdn.v1.NumaNode\x12\x15\n\ragent_version\x18\x05 \x01(\t\x12\x10\n\x08hostname\x18\x06 \x01(\t\"\x80\x02\n\x05\x41gent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x64tn\x18\x02 \x01(\t\x12\"\n\x05state\x18\x03 \x01(\x0e\x32\x13.tsdn.v1.AgentState\x12\x14\n\x0cstate_reason\x18\x04 \x01(\t\x12\x33\n\x0fregistered_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13last_heartbeat_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x05\x66\x61\x63ts\x18\x07 \x01(\x0b\x32\x12.tsdn.v1.HostFacts\x12\x11\n\tprincipal\x18\x08 \x01(\t\"F\n\x14RegisterAgentRequest\x12\x0b\n\x03\x64tn\x18\x01 \x01(\t\x12!\n\x05\x66\x61\x63ts\x18\x02 \x01(\x0b\x32\x12.tsdn.v1.HostFacts\"\x1f\n\x10HeartbeatRequest\x12\x0b\n\x03\x64tn\x18\x01 \x01(\t\"\x13\n\x11ListAgentsRequest\"4\n\x12ListAgentsResponse\x12\x1e\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x0e.tsdn.v1.Agent\"\x1f\n\x0fGetAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\".\n\x12WatchAgentsRequest\x12\x18\n\x10include_existing\x18\x01 \x01(\x08\"\xb6\x01\n\nAgentEvent\x12+\n\x0eprevious_state\x18\x01 \x01(\x0e\x32\x13.tsdn.v1.AgentState\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.tsdn.v1.AgentState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1d\n\x05\x61gent\x18\x04 \x01(\x0b\x32\x0e.tsdn.v1.Agent\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*?\n\nAgentState\x12\x1b\n\x17\x41GENT_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06ONLINE\x10\x01\x12\x08\n\x04LOST\x10\x02\x32\xc6\x02\n\x0c\x41gentService\x12>\n\rRegisterAgent\x12\x1d.tsdn.v1.RegisterAgentRequest\x1a\x0e.tsdn.v1.Agent\x12\x36\n\tHeartbeat\x12\x19.tsdn.v1.HeartbeatRequest\x1a\x0e.tsdn.v1.Agent\x12\x45\n\nListAgents\x12\x1a.tsdn.v1.ListAgentsRequest\x1a\x1b.tsdn.v1.ListAgentsResponse\x12\x34\n\x08GetAgent\x12\x18.tsdn.v1.GetAgentRequest\x1a\x0e.tsdn.v1.Agent\x12\x41\n\x0bWatchAgents\x12\x1b.tsdn.v1.WatchAgentsRequest\x1a\x13.tsdn.v1.AgentEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13tsdn/v1/agent.proto\x12\x07tsdn.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x02\n\x08\x41gentNic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\tspeed_bps\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x10\n\x03mtu\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x16\n\tnuma_node\x18\x04 \x01(\x05H\x02\x88\x01\x01\x12\x12\n\nlocal_cpus\x18\x05 \x03(\r\x12\x1c\n\x0fpcie_usable_bps\x18\x06 \x01(\x04H\x03\x88\x01\x01\x12\x19\n\x0c\x63\x61pacity_bps\x18\x07 \x01(\x04H\x04\x88\x01\x01\x12\r\n\x05limit\x18\x08 \x01(\t\x12\x10\n\x08warnings\x18\t \x03(\tB\x0c\n\n_speed_bpsB\x06\n\x04_mtuB\x0c\n\n_numa_nodeB\x12\n\x10_pcie_usable_bpsB\x0f\n\r_capacity_bps\"0\n\x0f\x41gentRdmaDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07netdevs\x18\x02 \x03(\t\"&\n\x08NumaNode\x12\x0c\n\x04node\x18\x01 \x01(\r\x12\x0c\n\x04\x63pus\x18\x02 \x03(\r\"\xcc\x01\n\tHostFacts\x12\x1f\n\x04nics\x18\x01 \x03(\x0b\x32\x11.tsdn.v1.AgentNic\x12.\n\x0crdma_devices\x18\x02 \x03(\x0b\x32\x18.tsdn.v1.AgentRdmaDevice\x12\x0c\n\x04\x63pus\x18\x03 \x03(\r\x12%\n\nnuma_nodes\x18\x04 \x03(\x0b\x32\x11.tsdn.v1.NumaNode\x12\x15\n\ragent_version\x18\x05 \x01(\t\x12\x10\n\x08hostname\x18\x06 \x01(\t\x12\x10\n\x08\x64\x61ta_nic\x18\x07 \x01(\t\"\x80\x02\n\x05\x41gent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03\x64tn\x18\x02 \x01(\t\x12\"\n\x05state\x18\x03 \x01(\x0e\x32\x13.tsdn.v1.AgentState\x12\x14\n\x0cstate_reason\x18\x04 \x01(\t\x12\x33\n\x0fregistered_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13last_heartbeat_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x05\x66\x61\x63ts\x18\x07 \x01(\x0b\x32\x12.tsdn.v1.HostFacts\x12\x11\n\tprincipal\x18\x08 \x01(\t\"F\n\x14RegisterAgentRequest\x12\x0b\n\x03\x64tn\x18\x01 \x01(\t\x12!\n\x05\x66\x61\x63ts\x18\x02 \x01(\x0b\x32\x12.tsdn.v1.HostFacts\"\x1f\n\x10HeartbeatRequest\x12\x0b\n\x03\x64tn\x18\x01 \x01(\t\"\x13\n\x11ListAgentsRequest\"4\n\x12ListAgentsResponse\x12\x1e\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x0e.tsdn.v1.Agent\"\x1f\n\x0fGetAgentRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\".\n\x12WatchAgentsRequest\x12\x18\n\x10include_existing\x18\x01 \x01(\x08\"\xb6\x01\n\nAgentEvent\x12+\n\x0eprevious_state\x18\x01 \x01(\x0e\x32\x13.tsdn.v1.AgentState\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.tsdn.v1.AgentState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1d\n\x05\x61gent\x18\x04 \x01(\x0b\x32\x0e.tsdn.v1.Agent\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1e\n\x0fTakeJobsRequest\x12\x0b\n\x03\x64tn\x18\x01 \x01(\t\"\x94\x02\n\x0bTransferJob\x12\x10\n\x08transfer\x18\x01 \x01(\t\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x15.tsdn.v1.TransferRole\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12\x0f\n\x07streams\x18\x04 \x01(\r\x12\x17\n\nsize_bytes\x18\x05 \x01(\x04H\x00\x88\x01\x01\x12\r\n\x05\x66iles\x18\x06 \x03(\t\x12\x13\n\x0b\x64\x65stination\x18\x07 \x01(\t\x12\x11\n\tpeer_host\x18\x08 \x01(\t\x12\x11\n\tpeer_port\x18\t \x01(\r\x12\x17\n\npacing_bps\x18\n \x01(\x04H\x01\x88\x01\x01\x12\x13\n\x0breservation\x18\x0b \x01(\tB\r\n\x0b_size_bytesB\r\n\x0b_pacing_bps\"\x94\x01\n\nStreamRate\x12\x0e\n\x06stream\x18\x01 \x01(\r\x12\x17\n\x0f\x62its_per_second\x18\x02 \x01(\x01\x12\x13\n\x0b\x62ytes_total\x18\x03 \x01(\x04\x12\x18\n\x0bretransmits\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x13\n\x06rtt_ms\x18\x05 \x01(\x01H\x01\x88\x01\x01\x42\x0e\n\x0c_retransmitsB\t\n\x07_rtt_ms\"[\n\x07Pinning\x12\x0c\n\x04\x63pus\x18\x01 \x03(\r\x12\x16\n\tnuma_node\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x0c\n\x04note\x18\x04 \x01(\tB\x0c\n\n_numa_node\"\xb2\x02\n\nRateReport\x12\r\n\x05start\x18\x01 \x01(\x01\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x01\x12\x17\n\x0f\x62its_per_second\x18\x03 \x01(\x01\x12\x13\n\x0b\x62ytes_total\x18\x04 \x01(\x04\x12$\n\x07streams\x18\x05 \x03(\x0b\x32\x13.tsdn.v1.StreamRate\x12\x18\n\x0bretransmits\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x13\n\x06rtt_ms\x18\x07 \x01(\x01H\x01\x88\x01\x01\x12\x18\n\x0b\x63pu_percent\x18\x08 \x01(\x01H\x02\x88\x01\x01\x12!\n\x07pinning\x18\t \x01(\x0b\x32\x10.tsdn.v1.Pinning\x12\r\n\x05\x66inal\x18\n \x01(\x08\x12\x0e\n\x06\x65ngine\x18\x0b \x01(\tB\x0e\n\x0c_retransmitsB\t\n\x07_rtt_msB\x0e\n\x0c_cpu_percent\"s\n\x0fTransferOutcome\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x1f\n\x12\x63hecksums_verified\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\r\n\x05\x66iles\x18\x04 \x03(\tB\x15\n\x13_checksums_verified\"\x84\x02\n\x0eTransferReport\x12\x10\n\x08transfer\x18\x01 \x01(\t\x12\x0b\n\x03\x64tn\x18\x02 \x01(\t\x12#\n\x04role\x18\x03 \x01(\x0e\x32\x15.tsdn.v1.TransferRole\x12\x18\n\x0elistening_port\x18\x04 \x01(\rH\x00\x12#\n\x04rate\x18\x05 \x01(\x0b\x32\x13.tsdn.v1.RateReportH\x00\x12+\n\x07outcome\x18\x06 \x01(\x0b\x32\x18.tsdn.v1.TransferOutcomeH\x00\x12\"\n\x05\x66inal\x18\x07 \x01(\x0b\x32\x13.tsdn.v1.RateReport\x12\x16\n\x0elistening_host\x18\x08 \x01(\tB\x06\n\x04what\"6\n\x16ReportTransferResponse\x12\x0c\n\x04stop\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t*?\n\nAgentState\x12\x1b\n\x17\x41GENT_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06ONLINE\x10\x01\x12\x08\n\x04LOST\x10\x02*N\n\x0cTransferRole\x12\x1d\n\x19TRANSFER_ROLE_UNSPECIFIED\x10\x00\x12\x0b\n\x07RECEIVE\x10\x01\x12\x08\n\x04SEND\x10\x02\x12\x08\n\x04STOP\x10\x03\x32\xd0\x03\n\x0c\x41gentService\x12>\n\rRegisterAgent\x12\x1d.tsdn.v1.RegisterAgentRequest\x1a\x0e.tsdn.v1.Agent\x12\x36\n\tHeartbeat\x12\x19.tsdn.v1.HeartbeatRequest\x1a\x0e.tsdn.v1.Agent\x12\x45\n\nListAgents\x12\x1a.tsdn.v1.ListAgentsRequest\x1a\x1b.tsdn.v1.ListAgentsResponse\x12\x34\n\x08GetAgent\x12\x18.tsdn.v1.GetAgentRequest\x1a\x0e.tsdn.v1.Agent\x12\x41\n\x0bWatchAgents\x12\x1b.tsdn.v1.WatchAgentsRequest\x1a\x13.tsdn.v1.AgentEvent0\x01\x12<\n\x08TakeJobs\x12\x18.tsdn.v1.TakeJobsRequest\x1a\x14.tsdn.v1.TransferJob0\x01\x12J\n\x0eReportTransfer\x12\x17.tsdn.v1.TransferReport\x1a\x1f.tsdn.v1.ReportTransferResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tsdn.v1.agent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_AGENTSTATE']._serialized_start=1325
-  _globals['_AGENTSTATE']._serialized_end=1388
+  _globals['_AGENTSTATE']._serialized_start=2643
+  _globals['_AGENTSTATE']._serialized_end=2706
+  _globals['_TRANSFERROLE']._serialized_start=2708
+  _globals['_TRANSFERROLE']._serialized_end=2786
   _globals['_AGENTNIC']._serialized_start=66
   _globals['_AGENTNIC']._serialized_end=339
   _globals['_AGENTRDMADEVICE']._serialized_start=341
@@ -41,23 +43,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NUMANODE']._serialized_start=391
   _globals['_NUMANODE']._serialized_end=429
   _globals['_HOSTFACTS']._serialized_start=432
-  _globals['_HOSTFACTS']._serialized_end=618
-  _globals['_AGENT']._serialized_start=621
-  _globals['_AGENT']._serialized_end=877
-  _globals['_REGISTERAGENTREQUEST']._serialized_start=879
-  _globals['_REGISTERAGENTREQUEST']._serialized_end=949
-  _globals['_HEARTBEATREQUEST']._serialized_start=951
-  _globals['_HEARTBEATREQUEST']._serialized_end=982
-  _globals['_LISTAGENTSREQUEST']._serialized_start=984
-  _globals['_LISTAGENTSREQUEST']._serialized_end=1003
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=1005
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=1057
-  _globals['_GETAGENTREQUEST']._serialized_start=1059
-  _globals['_GETAGENTREQUEST']._serialized_end=1090
-  _globals['_WATCHAGENTSREQUEST']._serialized_start=1092
-  _globals['_WATCHAGENTSREQUEST']._serialized_end=1138
-  _globals['_AGENTEVENT']._serialized_start=1141
-  _globals['_AGENTEVENT']._serialized_end=1323
-  _globals['_AGENTSERVICE']._serialized_start=1391
-  _globals['_AGENTSERVICE']._serialized_end=1717
+  _globals['_HOSTFACTS']._serialized_end=636
+  _globals['_AGENT']._serialized_start=639
+  _globals['_AGENT']._serialized_end=895
+  _globals['_REGISTERAGENTREQUEST']._serialized_start=897
+  _globals['_REGISTERAGENTREQUEST']._serialized_end=967
+  _globals['_HEARTBEATREQUEST']._serialized_start=969
+  _globals['_HEARTBEATREQUEST']._serialized_end=1000
+  _globals['_LISTAGENTSREQUEST']._serialized_start=1002
+  _globals['_LISTAGENTSREQUEST']._serialized_end=1021
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=1023
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=1075
+  _globals['_GETAGENTREQUEST']._serialized_start=1077
+  _globals['_GETAGENTREQUEST']._serialized_end=1108
+  _globals['_WATCHAGENTSREQUEST']._serialized_start=1110
+  _globals['_WATCHAGENTSREQUEST']._serialized_end=1156
+  _globals['_AGENTEVENT']._serialized_start=1159
+  _globals['_AGENTEVENT']._serialized_end=1341
+  _globals['_TAKEJOBSREQUEST']._serialized_start=1343
+  _globals['_TAKEJOBSREQUEST']._serialized_end=1373
+  _globals['_TRANSFERJOB']._serialized_start=1376
+  _globals['_TRANSFERJOB']._serialized_end=1652
+  _globals['_STREAMRATE']._serialized_start=1655
+  _globals['_STREAMRATE']._serialized_end=1803
+  _globals['_PINNING']._serialized_start=1805
+  _globals['_PINNING']._serialized_end=1896
+  _globals['_RATEREPORT']._serialized_start=1899
+  _globals['_RATEREPORT']._serialized_end=2205
+  _globals['_TRANSFEROUTCOME']._serialized_start=2207
+  _globals['_TRANSFEROUTCOME']._serialized_end=2322
+  _globals['_TRANSFERREPORT']._serialized_start=2325
+  _globals['_TRANSFERREPORT']._serialized_end=2585
+  _globals['_REPORTTRANSFERRESPONSE']._serialized_start=2587
+  _globals['_REPORTTRANSFERRESPONSE']._serialized_end=2641
+  _globals['_AGENTSERVICE']._serialized_start=2789
+  _globals['_AGENTSERVICE']._serialized_end=3253
 # @@protoc_insertion_point(module_scope)

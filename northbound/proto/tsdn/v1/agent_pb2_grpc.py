@@ -59,6 +59,16 @@ class AgentServiceStub:
                 request_serializer=tsdn_dot_v1_dot_agent__pb2.WatchAgentsRequest.SerializeToString,
                 response_deserializer=tsdn_dot_v1_dot_agent__pb2.AgentEvent.FromString,
                 _registered_method=True)
+        self.TakeJobs = channel.unary_stream(
+                '/tsdn.v1.AgentService/TakeJobs',
+                request_serializer=tsdn_dot_v1_dot_agent__pb2.TakeJobsRequest.SerializeToString,
+                response_deserializer=tsdn_dot_v1_dot_agent__pb2.TransferJob.FromString,
+                _registered_method=True)
+        self.ReportTransfer = channel.unary_unary(
+                '/tsdn.v1.AgentService/ReportTransfer',
+                request_serializer=tsdn_dot_v1_dot_agent__pb2.TransferReport.SerializeToString,
+                response_deserializer=tsdn_dot_v1_dot_agent__pb2.ReportTransferResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -100,6 +110,23 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TakeJobs(self, request, context):
+        """The transfer jobs for this agent's DTN, as the controller hands them out, until the caller
+        cancels: first the jobs already handed out and not yet finished, then new ones. A job may
+        come twice (after a reconnect): the agent runs each (transfer, role) once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportTransfer(self, request, context):
+        """One side of a transfer says how it goes: listening (receiver ready), a rate report every
+        second, or its end. The answer says whether to stop (the transfer was cancelled or failed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +154,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.WatchAgents,
                     request_deserializer=tsdn_dot_v1_dot_agent__pb2.WatchAgentsRequest.FromString,
                     response_serializer=tsdn_dot_v1_dot_agent__pb2.AgentEvent.SerializeToString,
+            ),
+            'TakeJobs': grpc.unary_stream_rpc_method_handler(
+                    servicer.TakeJobs,
+                    request_deserializer=tsdn_dot_v1_dot_agent__pb2.TakeJobsRequest.FromString,
+                    response_serializer=tsdn_dot_v1_dot_agent__pb2.TransferJob.SerializeToString,
+            ),
+            'ReportTransfer': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportTransfer,
+                    request_deserializer=tsdn_dot_v1_dot_agent__pb2.TransferReport.FromString,
+                    response_serializer=tsdn_dot_v1_dot_agent__pb2.ReportTransferResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +301,60 @@ class AgentService:
             '/tsdn.v1.AgentService/WatchAgents',
             tsdn_dot_v1_dot_agent__pb2.WatchAgentsRequest.SerializeToString,
             tsdn_dot_v1_dot_agent__pb2.AgentEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TakeJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tsdn.v1.AgentService/TakeJobs',
+            tsdn_dot_v1_dot_agent__pb2.TakeJobsRequest.SerializeToString,
+            tsdn_dot_v1_dot_agent__pb2.TransferJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportTransfer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsdn.v1.AgentService/ReportTransfer',
+            tsdn_dot_v1_dot_agent__pb2.TransferReport.SerializeToString,
+            tsdn_dot_v1_dot_agent__pb2.ReportTransferResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,171 @@
+"""`tsdn transfer SRC DST ...`: move data between two DTNs over a reserved path, with progress;
+`tsdn transfers list|show|cancel`: the transfers a controller runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from dtn_agent.engines import ENGINES
+from sdn_app.cli.output import EXIT_REFUSED, print_json, table
+from sdn_app.cli.reservations import _as_dict, _client_options
+from sdn_app.core.errors import InvalidArgument
+from sdn_app.core.paths import POLICIES
+from sdn_app.core.units import format_bandwidth, format_bytes, parse_bandwidth, parse_size
+
+BAR_WIDTH = 30
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `transfer` and `transfers`."""
+    start = commands.add_parser(
+        "transfer", help="transfer data between two DTNs over a reserved path (the agents move the bytes)",
+        description="Reserve a path, start the receiver on DST and the sender on SRC (their agents run them), "
+                    "show progress, release the path at the end, and print the achieved rate and the checksum "
+                    "verdict. Ctrl-C cancels the transfer and releases the path. Exit 0 when it succeeded, 1 "
+                    "when it failed or was refused.")
+    start.add_argument("src", metavar="SRC", help="source DTN")
+    start.add_argument("dst", metavar="DST", help="destination DTN")
+    start.add_argument("--bandwidth", "-b", required=True, metavar="BW", help="bandwidth to reserve, e.g. 40G")
+    payload = start.add_mutually_exclusive_group(required=True)
+    payload.add_argument("--size", metavar="SIZE", help="memory-to-memory: this many bytes, e.g. 50G or 64MiB")
+    payload.add_argument("--files", nargs="+", metavar="PATH",
+                         help="disk-to-disk: these files or directories (absolute paths on SRC)")
+    start.add_argument("--destination", "-d", default="", metavar="DIR",
+                       help="with --files: the directory on DST the files land in")
+    start.add_argument("--streams", "-P", type=int, default=1, metavar="N", help="parallel streams (default 1)")
+    start.add_argument("--engine", choices=ENGINES, default="builtin", help="transfer engine (default builtin)")
+    start.add_argument("--policy", choices=POLICIES, default="shortest", help="path policy (default shortest)")
+    start.add_argument("--no-progress", action="store_true", help="no progress bar: a line per change only")
+    _client_options(start, run_transfer)
+
+    group = commands.add_parser("transfers", help="the transfers a controller runs: list, show, cancel")
+    sub = group.add_subparsers(dest="transfers_command", metavar="COMMAND", required=True)
+    _client_options(sub.add_parser("list", help="transfers you may see, newest first"), run_list)
+    for name, run, text in (("show", run_show, "show one transfer"),
+                            ("cancel", run_cancel, "stop a transfer and release its path")):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("id", metavar="ID", help="transfer id or transfers/ID")
+        _client_options(command, run)
+
+
+def _state(value: int) -> str:
+    from northbound.proto.tsdn.v1 import transfer_pb2 as pb
+
+    return pb.TransferState.Name(value).removeprefix("TRANSFER_")
+
+
+def _progress_line(t) -> str:
+    """One line: state, bar (memory-to-memory), bytes, rate, path."""
+    done = t.rate.bytes_total if t.HasField("rate") else 0
+    rate = f"{format_bandwidth(t.nominal_bps)}bit/s" if t.HasField("rate") else "-"
+    if t.HasField("rate") and t.nominal_bps != t.rate.bits_per_second:
+        rate += f" ({format_bandwidth(t.rate.bits_per_second)}bit/s emulated)"
+    if t.HasField("size_bytes"):
+        share = min(1.0, done / t.size_bytes)
+        filled = round(share * BAR_WIDTH)
+        amount = f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {share:4.0%} {format_bytes(done)} of " \
+                 f"{format_bytes(t.size_bytes)}"
+    else:
+        amount = format_bytes(done)
+    path = " > ".join(t.path) if t.path else "-"
+    return f"{_state(t.state):9} {amount}  {rate}  path {path}"
+
+
+def run_transfer(args: argparse.Namespace, client) -> int:
+    """Start the transfer and follow it to its end."""
+    from northbound.client import ApiError
+
+    bandwidth = parse_bandwidth(args.bandwidth, "--bandwidth")
+    size = parse_size(args.size, "--size") if args.size else None
+    if args.files and not args.destination:
+        raise InvalidArgument("--files needs --destination DIR: the directory on the destination DTN")
+    if not 1 <= args.streams <= 256:
+        raise InvalidArgument(f"--streams: must be between 1 and 256, got {args.streams}")
+    started = time.monotonic()
+    transfer = client.start_transfer(args.src, args.dst, bandwidth, size=size, files=args.files or (),
+                                     destination=args.destination, streams=args.streams, engine=args.engine,
+                                     policy=args.policy)
+    bar = sys.stderr.isatty() and not args.no_progress and not args.json
+    print(f"{transfer.name}: {args.src} -> {args.dst}, {format_bandwidth(bandwidth)}bit/s booked on "
+          f"{transfer.reservation}", file=sys.stderr)
+    last = transfer
+    try:
+        for event in client.watch_transfer(transfer.name):
+            last = event.transfer
+            if event.reason == "rate":
+                if bar:
+                    print(f"\r{_progress_line(last)}\033[K", end="", file=sys.stderr, flush=True)
+                elif not args.json:
+                    print(_progress_line(last), file=sys.stderr, flush=True)
+                continue
+            if bar:
+                print("\r\033[K", end="", file=sys.stderr)
+            if event.reason != "snapshot" or event.previous_state != event.state:
+                print(f"{_state(event.state):9} {event.reason}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        try:
+            last = client.cancel_transfer(transfer.name)
+            print(f"\ncancelled {transfer.name}; its path is released", file=sys.stderr)
+        except ApiError as error:
+            print(f"\ncould not cancel {transfer.name}: {error.message}", file=sys.stderr)
+        raise
+    last = client.get_transfer(transfer.name)  # the watch ends at the end: this has the final reports
+    return _summary(last, time.monotonic() - started, args)
+
+
+def _summary(t, elapsed: float, args: argparse.Namespace) -> int:
+    state = _state(t.state)
+    if args.json:
+        print_json(_as_dict(t))
+    else:
+        moved = format_bytes(t.rate.bytes_total) if t.HasField("rate") else "nothing"
+        rate = f"{format_bandwidth(t.nominal_bps)}bit/s" if t.HasField("rate") else "-"
+        if t.HasField("rate") and t.nominal_bps != t.rate.bits_per_second:
+            rate += f" ({format_bandwidth(t.rate.bits_per_second)}bit/s on the emulated links)"
+        checks = {None: "none (memory-to-memory)", True: "verified", False: "FAILED"}[
+            t.checksums_verified if t.HasField("checksums_verified") else None]
+        print(f"{t.name} {state}: {t.reason}")
+        print(f"  moved {moved} in {elapsed:.1f} s; achieved {rate} of {format_bandwidth(t.bandwidth_bps)}bit/s "
+              f"booked; checksums {checks}")
+        if t.rate.pinning.method:
+            pin = t.rate.pinning
+            print(f"  sender pinning: {pin.method}" + (f" CPUs {','.join(map(str, pin.cpus))}" if pin.cpus else "")
+                  + (f" ({pin.note})" if pin.note else ""))
+    return 0 if state == "SUCCEEDED" else EXIT_REFUSED
+
+
+def run_list(args: argparse.Namespace, client) -> int:
+    """Print the transfers the caller may see."""
+    transfers = client.list_transfers()
+    if args.json:
+        print_json([_as_dict(t) for t in transfers])
+        return 0
+    rows = [(t.name.removeprefix("transfers/"), _state(t.state), f"{t.src_dtn} -> {t.dst_dtn}",
+             f"{format_bandwidth(t.bandwidth_bps)}", format_bytes(t.rate.bytes_total) if t.HasField("rate") else "-",
+             f"{format_bandwidth(t.nominal_bps)}" if t.HasField("rate") else "-", t.reason) for t in transfers]
+    print(table(("ID", "STATE", "DTNS", "BOOKED", "MOVED", "RATE", "REASON"), rows) if rows else "no transfers")
+    return 0
+
+
+def run_show(args: argparse.Namespace, client) -> int:
+    """Print one transfer."""
+    t = client.get_transfer(args.id)
+    if args.json:
+        print_json(_as_dict(t))
+    else:
+        print(f"{t.name}  {_state(t.state)}  owner {t.owner}  engine {t.engine}, {t.streams} stream(s)")
+        print(f"  {_progress_line(t)}")
+        print(f"  reason: {t.reason}\n  reservation: {t.reservation}")
+    return 0
+
+
+def run_cancel(args: argparse.Namespace, client) -> int:
+    """Cancel one transfer."""
+    t = client.cancel_transfer(args.id)
+    if args.json:
+        print_json(_as_dict(t))
+    else:
+        print(f"{t.name} {_state(t.state)}: {t.reason}")
+    return 0
