@@ -284,11 +284,40 @@ def test_a_failing_side_fails_the_transfer_stops_the_other_and_releases(env, rol
     assert [(o.job.role, o.job.dtn) for o in jobs] == [(JobRole.STOP, other)]
     assert [(e.previous, e.state) for e in events] == [(TransferState.RUNNING, TransferState.FAILED)]
     assert reservation(env, transfer).state is State.RELEASED
-    assert env.desk.jobs_for(AGENT, SRC) == env.desk.jobs_for(AGENT, DST) == []
+    assert env.desk.jobs_for(AGENT, dtn) == []
+    # The STOP stays on offer for the other side (its job stream may be down) until it ends there.
+    assert [(j.role, j.dtn) for j in env.desk.jobs_for(AGENT, other)] == [(JobRole.STOP, other)]
     # The other side's late news: it is told to stop, and nothing changes.
     late = JobRole.RECEIVE if role is JobRole.SEND else JobRole.SEND
     assert env.desk.report(AGENT, other, transfer.name, late, rate(1 * G)) == (True, done.reason)
     assert env.desk.finished(AGENT, other, transfer.name, late, True, "", None, None).state is TransferState.FAILED
+    assert env.desk.jobs_for(AGENT, other) == []
+
+
+def test_a_stop_not_taken_expires(env):
+    transfer = running(env, env.desk.start(RUCIO, spec()))
+    env.desk.cancel(RUCIO, transfer.name)
+    assert len(env.desk.jobs_for(AGENT, SRC)) == len(env.desk.jobs_for(AGENT, DST)) == 1
+    env.clock.advance(env.desk.start_timeout)
+    env.desk.tick()
+    assert env.desk.jobs_for(AGENT, SRC) == env.desk.jobs_for(AGENT, DST) == []
+    assert env.desk.next_deadline() == math.inf
+
+
+def test_a_sender_whose_engine_reports_only_at_the_end_is_not_stalled_while_its_agent_lives(env):
+    transfer = running(env, env.desk.start(RUCIO, spec(engine="iperf3")))
+    for _ in range(3):
+        env.clock.advance(env.desk.stall_timeout)
+        env.agents.heartbeat(AGENT, SRC)
+        env.agents.heartbeat(AGENT, DST)
+        env.desk.tick()
+    assert env.desk.get(RUCIO, transfer.name).state is TransferState.RUNNING
+    env.clock.advance(env.agents.heartbeat_timeout)
+    env.agents.tick()  # the sender's agent is LOST now
+    env.clock.advance(env.desk.stall_timeout)
+    env.desk.tick()
+    ended = env.desk.get(RUCIO, transfer.name)
+    assert ended.state is TransferState.FAILED and "LOST" in ended.reason, ended.reason
 
 
 def test_a_receiver_failing_before_it_listens_fails_the_transfer(env):

@@ -14,12 +14,17 @@ fdt.jar, supplied by the user) and `rdma` (perftest's `ib_write_bw` over RoCE/In
 An engine that cannot run on this host at all (tool, jar or device missing) raises
 `EngineUnavailable` (a ValueError) naming what is missing; `engine_unavailable` says so ahead of
 time, so that an agent can refuse a job before anything starts.
+
+A job may carry a `cancel` event: once it is set, the engine stops its side as soon as it can and
+returns `ok=False` with the error "cancelled" (the external engines kill their tool's process
+group). An engine that does not watch it runs the job to its end.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,6 +61,8 @@ class TransferJob:
     destination: Path | None = None  # receiver: the directory files land in
     pacing_bps: int | None = None  # all streams together; None: unpaced
     cpus: tuple[int, ...] | None = None  # pin the engine's threads to these CPUs; None: not pinned
+    cancel: threading.Event | None = field(default=None, compare=False, hash=False, repr=False)
+    """Set it to stop this side now: the engine returns ok=False, error "cancelled". None: not cancellable."""
 
     def check(self, side: str) -> None:
         """Raise ValueError naming what is wrong with this job for `side` ("send" or "receive")."""

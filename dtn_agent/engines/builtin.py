@@ -56,6 +56,9 @@ DEFAULT_RECV_BUFFER = 256 * 1024
 PIECE = 512 * 1024  # the disk sender checksums a chunk in pieces of this size, each while in the CPU cache
 
 
+CANCELLED = "cancelled"
+
+
 class TransferFailed(Exception):
     """A transfer cannot go on; the message says why."""
 
@@ -165,6 +168,52 @@ def _close_all(sockets: list[socket.socket | None]) -> None:
                 sock.close()
 
 
+class _Cancel:
+    """Closes a transfer's sockets once its job's `cancel` event is set, which wakes every call
+    blocked on them (accept, recv, send), so the transfer ends at once as "cancelled"."""
+
+    def __init__(self, event: threading.Event | None):
+        self.event = event
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._over = threading.Event()
+        if event is not None:
+            threading.Thread(target=self._watch, name="builtin-cancel", daemon=True).start()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job was cancelled."""
+        return self.event is not None and self.event.is_set()
+
+    def add(self, sock: socket.socket) -> socket.socket:
+        """Watch `sock` (closed at once if the job is already cancelled); returns it."""
+        with self._lock:
+            self._sockets.append(sock)
+        if self.cancelled:
+            self._close()
+        return sock
+
+    def end(self) -> None:
+        """The transfer is over: stop watching."""
+        self._over.set()
+
+    def _watch(self) -> None:
+        assert self.event is not None
+        while not self._over.is_set():
+            if self.event.wait(0.2):  # polled so that the watcher also ends with its transfer
+                self._close()
+                return
+
+    def _close(self) -> None:
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
 @dataclass
 class _Chunk:
     file_index: int
@@ -215,15 +264,16 @@ class BuiltinEngine:
         meter = _Meter(job.transfer_id, job.streams, reports, _pinning(job), self.report_interval)
         sockets: list[socket.socket | None] = [None] * job.streams
         control: socket.socket | None = None
+        cancel = _Cancel(job.cancel)
         try:
-            control = socket.create_connection((job.host, job.port), timeout=self.accept_timeout)
+            control = cancel.add(socket.create_connection((job.host, job.port), timeout=self.accept_timeout))
             control.sendall(encode(MessageType.JOB, header.to_payload()))
             kind, accept = read_message(control, MessageType.ACCEPT)
             if kind is MessageType.ERROR:
                 raise TransferFailed(f"receiver refused the transfer: {accept['error']}")
             sums, queue = self._plan(files, entries, accept)
             for index in range(job.streams):
-                sock = socket.create_connection((job.host, job.port), timeout=self.accept_timeout)
+                sock = cancel.add(socket.create_connection((job.host, job.port), timeout=self.accept_timeout))
                 sock.settimeout(None)
                 sockets[index] = meter.sockets[index] = sock
                 sock.sendall(encode(MessageType.STREAM, {"transfer_id": job.transfer_id, "stream": index}))
@@ -249,9 +299,10 @@ class BuiltinEngine:
         except (OSError, ProtocolError, TransferFailed) as error:
             summary = meter.finish()
             message = str(error) if not isinstance(error, OSError) else f"connection to {job.host}:{job.port}: {error}"
-            return TransferResult(summary, ok=False, error=message,
+            return TransferResult(summary, ok=False, error=CANCELLED if cancel.cancelled else message,
                                   checksums_verified=False if files else None, files=tuple(n for _, n in files))
         finally:
+            cancel.end()
             _close_all([*sockets, control])
 
     def _plan(self, files: list[tuple[Path, str]], entries: tuple[FileEntry, ...],
@@ -393,6 +444,8 @@ class BuiltinEngine:
         """Listen on `job.host`:`job.port`, take one transfer and return how it ended."""
         job.check("receive")
         listener = socket.create_server((job.host, job.port), backlog=job.streams + 4)
+        cancel = _Cancel(job.cancel)
+        cancel.add(listener)
         meter = _Meter(job.transfer_id, job.streams, reports, _pinning(job), self.report_interval)
         sockets: list[socket.socket | None] = []
         control: socket.socket | None = None
@@ -403,7 +456,7 @@ class BuiltinEngine:
             listener.settimeout(self.accept_timeout)
             if ready is not None:
                 ready(listener.getsockname()[:2])
-            control, _ = listener.accept()
+            control = cancel.add(listener.accept()[0])
             control.settimeout(self.accept_timeout)
             try:
                 _, payload = read_message(control, MessageType.JOB)
@@ -419,7 +472,7 @@ class BuiltinEngine:
                 partials = [PartialFile.prepare(job.destination, e, header.chunk_size) for e in header.files]
             have = [[f, c, adler] for f, p in enumerate(partials) for c, adler in sorted(p.verified.items())]
             control.sendall(encode(MessageType.ACCEPT, {"have": have}))
-            sockets = self._accept_streams(listener, header, meter)
+            sockets = [cancel.add(sock) for sock in self._accept_streams(listener, header, meter)]
             control.settimeout(None)
             meter.start()
             stream_errors: list[list[str]] = [[] for _ in sockets]
@@ -448,10 +501,11 @@ class BuiltinEngine:
                                   checksums_verified=ok if header.mode == "files" else None, files=tuple(renamed))
         except (OSError, ProtocolError, TransferFailed) as error:
             summary = meter.finish()
-            return TransferResult(summary, ok=False, error=str(error),
+            return TransferResult(summary, ok=False, error=CANCELLED if cancel.cancelled else str(error),
                                   checksums_verified=False if header is not None and header.mode == "files" else None,
                                   files=tuple(renamed))
         finally:
+            cancel.end()
             _close_all([*sockets, control, listener])
 
     def _check_header(self, job: TransferJob, header: JobHeader) -> None:

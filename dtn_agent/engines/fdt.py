@@ -511,7 +511,7 @@ class FdtEngine:
         argv = client_argv(fjob, jar, java)
         sent = () if job.size is not None else files
         return self.driver.run_argv(
-            job.transfer_id, argv, reports, timeout=self.timeout, plan=self._plan(job.cpus), files=sent, enough=enough
+            job.transfer_id, argv, reports, job.cancel, self.timeout, self._plan(job.cpus), files=sent, enough=enough
         )
 
     def receive(self, job: TransferJob, reports: ReportSink, ready: ReadyCallback | None = None) -> TransferResult:
@@ -531,5 +531,5 @@ class FdtEngine:
         tolerate = (lambda final: final.bytes_total > 0) if job.size is not None else None
         with announce_when_listening(job.host, port, ready):
             return self.driver.run_argv(
-                job.transfer_id, argv, reports, timeout=self.timeout, plan=self._plan(job.cpus), tolerate_exit=tolerate
+                job.transfer_id, argv, reports, job.cancel, self.timeout, self._plan(job.cpus), tolerate_exit=tolerate
             )

@@ -508,7 +508,7 @@ class Iperf3Engine:
         if job.pacing_bps:
             bitrate = str(max(1, job.pacing_bps // job.streams))
         ijob = Iperf3Job(job.transfer_id, job.host, port=job.port, streams=job.streams, bitrate=bitrate, bytes=job.size)
-        return self.driver.run(ijob, reports, timeout=self.timeout, plan=self._plan(job.cpus))
+        return self.driver.run(ijob, reports, job.cancel, timeout=self.timeout, plan=self._plan(job.cpus))
 
     def receive(
         self,
@@ -527,9 +527,11 @@ class Iperf3Engine:
         collected: list[str] = []
         try:
             with announce_when_listening(job.host, port, ready):
-                outcome = stream_process(pinned.argv, collected.append, None, self.timeout, pinned.preexec_fn)
+                outcome = stream_process(pinned.argv, collected.append, job.cancel, self.timeout, pinned.preexec_fn)
         except FileNotFoundError:
             return self.driver._failed(_as_job(job), pinned.pinning, f"iperf3 not found ({self.binary!r})")
+        if outcome.cancelled:
+            return self.driver._failed(_as_job(job), pinned.pinning, "cancelled")
         if outcome.timed_out:
             return self.driver._failed(
                 _as_job(job), pinned.pinning, f"iperf3 server got no complete test within {self.timeout:g} s"

@@ -396,7 +396,7 @@ class RdmaEngine:
     def send(self, job: TransferJob, reports: ReportSink) -> TransferResult:
         """Write `job.size` bytes to the ib_write_bw server at `job.host`:`job.port`."""
         rjob = self._rdma_job(job, "send")
-        return self.driver.run(rjob, reports, timeout=self.timeout, plan=self._plan(job.cpus))
+        return self.driver.run(rjob, reports, job.cancel, timeout=self.timeout, plan=self._plan(job.cpus))
 
     def receive(self, job: TransferJob, reports: ReportSink, ready: ReadyCallback | None = None) -> TransferResult:
         """Run the ib_write_bw server on `job.port` (0: a free port) and report the test it served.
@@ -407,4 +407,6 @@ class RdmaEngine:
         port = job.port or free_port(job.host)
         rjob = replace(rjob, port=port)
         with announce_when_listening(job.host, port, ready):
-            return self.driver.run(rjob, reports, timeout=self.timeout, plan=self._plan(job.cpus), server=True)
+            return self.driver.run(
+                rjob, reports, job.cancel, timeout=self.timeout, plan=self._plan(job.cpus), server=True
+            )

@@ -4,8 +4,10 @@ the agent process itself (`run`), and the agents a controller knows (`list`)."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -44,6 +46,15 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="seconds between heartbeats (default 5; keep it well under the controller's "
                           "--agent-timeout)")
     run.add_argument("--timeout", type=float, default=10.0, metavar="S", help="deadline per call (default 10)")
+    run.add_argument("--nic", metavar="IFACE",
+                     help="the data NIC: transfers are pinned to its NUMA node's CPUs and its capacity is the "
+                          "DTN's (default: the NIC of highest capacity)")
+    run.add_argument("--fdt-jar", metavar="PATH", help="fdt.jar, for transfers with the fdt engine")
+    run.add_argument("--listen", default="0.0.0.0", metavar="HOST",
+                     help="address receivers listen on for transfer data (default 0.0.0.0)")
+    run.add_argument("--advertise", default="", metavar="HOST",
+                     help="address the sender is told to connect to, used by a controller that controls no "
+                          "switches (default: the DTN's address in the topology)")
     run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     run.set_defaults(run=run_agent)
 
@@ -144,8 +155,24 @@ def _read_file(path: str | None, option: str) -> bytes | None:
     return data
 
 
+def _check_host(host: str, option: str) -> None:
+    """InvalidArgument unless `host` is an IP address or a name this host resolves."""
+    if not host or host != host.strip() or any(c.isspace() for c in host):
+        raise InvalidArgument(f"{option} {host!r}: not a host name or IP address")
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise InvalidArgument(f"{option} {host}: not an IP address, and the name does not resolve ({exc})") from None
+
+
 def run_agent(args: argparse.Namespace) -> int:
-    """`tsdn agent run --controller HOST:PORT --name DTN --token-file F [--root DIR]`: until SIGINT or SIGTERM."""
+    """`tsdn agent run --controller HOST:PORT --name DTN --token-file F [--root DIR] [--nic IFACE]
+    [--fdt-jar PATH] [--listen HOST] [--advertise HOST]`: until SIGINT or SIGTERM."""
     from dtn_agent.agent import run_agent as agent
     from northbound.client import ApiError
 
@@ -158,11 +185,23 @@ def run_agent(args: argparse.Namespace) -> int:
         raise InvalidArgument("--timeout: must be positive")
     if not Path(args.root).is_dir():
         raise InvalidArgument(f"--root {args.root}: not a directory")
+    if args.fdt_jar is not None and not Path(args.fdt_jar).is_file():
+        raise InvalidArgument(f"--fdt-jar {args.fdt_jar}: no such file")
+    _check_host(args.listen, "--listen")
+    if args.advertise:
+        _check_host(args.advertise, "--advertise")
+    if args.nic:
+        from dtn_agent.host import read_host_facts
+
+        try:
+            read_host_facts(args.root).nic(args.nic)
+        except InvalidArgument as error:
+            raise InvalidArgument(f"--nic {args.nic}: {error}") from None
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         agent(args.controller, args.name, token, args.root, args.heartbeat_interval, timeout=args.timeout,
-              tls_ca=tls_ca)
+              tls_ca=tls_ca, nic=args.nic, fdt_jar=args.fdt_jar, listen=args.listen, advertise=args.advertise)
     except ApiError as error:
         return fail(f"the controller refused this agent: {error.message}", _exit_code(error.code.name))
     return 0

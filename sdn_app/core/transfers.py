@@ -193,6 +193,9 @@ class TransferDesk:
     _by_reservation: dict[str, str] = field(default_factory=dict, init=False)
     _by_request: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
     _jobs: dict[str, dict[JobRole, Job]] = field(default_factory=dict, init=False)  # live transfers' jobs
+    # STOPs of ended transfers, kept (until the side reports its end, or start_timeout) for an agent
+    # whose job stream was down when they were offered: (transfer, side) -> (job, until)
+    _stops: dict[tuple[str, JobRole], tuple[Job, float]] = field(default_factory=dict, init=False)
     _events: list[TransferEvent | JobOffer] = field(default_factory=list, init=False)
     _random: random.Random = field(default_factory=lambda: random.Random(os.urandom(16)), init=False)
 
@@ -270,9 +273,11 @@ class TransferDesk:
     # -- agents --------------------------------------------------------------------------
 
     def jobs_for(self, principal: Principal, dtn: str, bound_dtn: str | None = None) -> list[Job]:
-        """The jobs of live transfers handed to the agent of `dtn` and not yet ended there."""
+        """The jobs of live transfers handed to the agent of `dtn` and not yet ended there, and
+        the STOPs of recently ended transfers whose side there has not reported its end."""
         self._check_agent(principal, dtn, bound_dtn)
-        return [job for jobs in self._jobs.values() for job in jobs.values() if job.dtn == dtn]
+        live = [job for jobs in self._jobs.values() for job in jobs.values() if job.dtn == dtn]
+        return live + [job for job, _ in self._stops.values() if job.dtn == dtn]
 
     def receiver_ready(self, principal: Principal, dtn: str, name: str, port: int, host: str = "",
                        bound_dtn: str | None = None) -> tuple[bool, str]:
@@ -323,6 +328,7 @@ class TransferDesk:
         """One side ended. A failure fails the transfer; both sides ending well end it SUCCEEDED
         (for files only when the receiver verified every checksum). Either way the path is released."""
         transfer = self._side(principal, dtn, name, role, bound_dtn)
+        self._stops.pop((transfer.id, role), None)
         if transfer.state.ended:
             return transfer
         self._jobs.get(transfer.id, {}).pop(role, None)
@@ -367,8 +373,17 @@ class TransferDesk:
     def tick(self) -> None:
         """Fail transfers whose path, receiver or sender is overdue."""
         now = self.clock.now()
+        for key, (_, until) in list(self._stops.items()):
+            if until <= now:
+                del self._stops[key]
         for transfer in list(self._transfers.values()):
             if transfer.state.ended or now < self._deadline(transfer):
+                continue
+            if transfer.state is TransferState.RUNNING and transfer.rate is None \
+                    and self.agents.lost_reason(transfer.spec.src) is None:
+                # Its engine reports only at the end (iperf3 before 3.17): while the sender's agent
+                # lives, it will report the end, whatever it is.
+                self._transfers[transfer.id] = replace(transfer, last_report=now)
                 continue
             if transfer.state is TransferState.RESERVING:
                 why = f"the path was not installed within {self.start_timeout:g} s"
@@ -383,8 +398,9 @@ class TransferDesk:
             self._end(transfer, TransferState.FAILED, why)
 
     def next_deadline(self) -> float:
-        """When the next live transfer is overdue (epoch seconds); inf when none can be."""
-        return min((self._deadline(t) for t in self._transfers.values() if not t.state.ended), default=math.inf)
+        """When the next live transfer is overdue or kept STOP expires (epoch seconds); inf when none."""
+        return min([*(self._deadline(t) for t in self._transfers.values() if not t.state.ended),
+                    *(until for _, until in self._stops.values())], default=math.inf)
 
     def take_events(self) -> list[TransferEvent | JobOffer]:
         """Transfer events and job offers since the last call, oldest first."""
@@ -410,7 +426,9 @@ class TransferDesk:
 
     def _end(self, transfer: Transfer, state: TransferState, reason: str, release: bool = True) -> None:
         for job in self._jobs.pop(transfer.id, {}).values():
-            self._events.append(JobOffer(replace(job, role=JobRole.STOP)))
+            stop = replace(job, role=JobRole.STOP)
+            self._stops[(transfer.id, job.role)] = (stop, self.clock.now() + self.start_timeout)
+            self._events.append(JobOffer(stop))
         self._set(transfer, state, reason)
         if release:
             self.book.release(transfer.acting_owner, transfer.reservation)

@@ -1,0 +1,350 @@
+"""The agent's transfer jobs: take them from the controller, run them with an engine, report back.
+
+    runner = JobRunner(client, "caltech-a-dtn1", JobOptions(data_nic=nic, advertise="10.0.0.1"))
+    runner.start()          # follows client.take_jobs(dtn) in a thread, reconnecting with backoff
+    ...
+    runner.stop()           # cancels running transfers; they report ok=False "agent stopping"
+    client.close()          # ends the job stream (it blocks inside gRPC until then)
+    runner.join()
+
+Each (transfer, role) runs once, in its own thread, even when the controller hands it out again
+after a reconnect. A RECEIVE job listens on `listen` (any free port) and reports the port; a SEND
+job connects to the receiver the controller names. Every `RateReport` an engine makes goes to the
+controller once (role RECEIVE or SEND); when an answer says stop, or a STOP job comes, the
+engine's `TransferJob.cancel` event is set. The end of each side is reported as an outcome with
+the engine's final report. Reports leave from one sender thread per transfer side, so a slow or
+unreachable controller never holds up an engine: rate reports that cannot be sent are dropped
+(the next one is a second later), and the listening port and the outcome are retried for a while.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from dtn_agent.engines import EngineUnavailable, TransferJob, engine_named, engine_unavailable
+from dtn_agent.host import Nic
+from dtn_agent.reports import RateReport, TransferResult
+from northbound.client import ApiError, TsdnClient
+from northbound.proto.tsdn.v1 import agent_pb2 as pb
+from northbound.transfers import rate_out
+
+log = logging.getLogger(__name__)
+
+FIRST_BACKOFF = 0.5  # seconds before reconnecting after the first failure; doubles up to MAX_BACKOFF
+MAX_BACKOFF = 10.0
+FATAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED}
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+MAX_QUEUED_RATES = 8  # rate reports waiting for the controller; more are dropped
+REPORT_PATIENCE = 60.0  # seconds to keep retrying a listening port or an outcome
+SEEN_JOBS = 10_000  # (transfer, role) pairs remembered to run each once
+AGENT_STOPPING = "agent stopping"
+ROLES = {pb.RECEIVE: "receive", pb.SEND: "send"}
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How this agent runs transfers.
+
+    `data_nic`: the NIC transfers use; its CPUs pin the engines when its NUMA node is known.
+    `listen`: the address receivers listen on. `advertise`: the address reported with a listening
+    port, which a controller that controls no switches hands to the sender (empty: none).
+    """
+
+    fdt_jar: str | Path | None = None
+    data_nic: Nic | None = None
+    listen: str = "0.0.0.0"
+    advertise: str = ""
+    report_patience: float = REPORT_PATIENCE
+
+
+def pinning_cpus(nic: Nic | None) -> tuple[int, ...] | None:
+    """The CPUs to pin transfers to: the NIC's local CPUs when its NUMA node is known, else None."""
+    if nic is None or nic.numa_node is None or nic.numa_node < 0 or not nic.local_cpus:
+        return None
+    return tuple(nic.local_cpus)
+
+
+class _Reporter:
+    """The reports of one side of one transfer, sent from its own thread in order.
+
+    `on_stop(reason)` is called when the controller answers a listening port or a rate with stop.
+    """
+
+    def __init__(self, client: TsdnClient, transfer: str, dtn: str, role: int, advertise: str,
+                 patience: float, on_stop: Callable[[str], None]) -> None:
+        self.client = client
+        self.transfer = transfer
+        self.dtn = dtn
+        self.role = role
+        self.advertise = advertise
+        self.patience = patience
+        self.on_stop = on_stop
+        self._queue: queue.Queue[tuple[pb.TransferReport, bool] | None] = queue.Queue()
+        self._rates = 0  # rate reports queued, not yet sent
+        self._lock = threading.Lock()
+        self._ended = False
+        self._thread = threading.Thread(target=self._send_all, name=f"report-{transfer}-{ROLES.get(role)}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _report(self, **fields: object) -> pb.TransferReport:
+        return pb.TransferReport(transfer=self.transfer, dtn=self.dtn, role=self.role, **fields)
+
+    def ready(self, address: tuple[str, int]) -> None:
+        """The engine's ready callback: the receiver listens on `address`."""
+        self._put(self._report(listening_port=address[1], listening_host=self.advertise), essential=True)
+
+    def rate(self, report: RateReport) -> None:
+        """The engine's report sink: queue the report, or drop it when the controller lags behind."""
+        with self._lock:
+            if self._ended or self._rates >= MAX_QUEUED_RATES:
+                log.debug("%s: rate report dropped (the controller lags behind)", self.transfer)
+                return
+            self._rates += 1
+        self._queue.put((self._report(rate=rate_out(report)), False))
+
+    def outcome(self, ok: bool, error: str = "", result: TransferResult | None = None) -> bool:
+        """Queue the end of this side (once: later calls are ignored); whether this call queued it."""
+        outcome = pb.TransferOutcome(ok=ok, error=error)
+        if result is not None:
+            if result.checksums_verified is not None:
+                outcome.checksums_verified = result.checksums_verified
+            outcome.files.extend(result.files)
+        report = self._report(outcome=outcome)
+        if result is not None:
+            report.final.CopyFrom(rate_out(result.report))
+        with self._lock:
+            if self._ended:
+                return False
+            self._ended = True
+        self._queue.put((report, True))
+        self._queue.put(None)
+        return True
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the queued reports to be sent (or given up); whether they were."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _put(self, report: pb.TransferReport, essential: bool) -> None:
+        with self._lock:
+            if self._ended:
+                return
+        self._queue.put((report, essential))
+
+    def _send_all(self) -> None:
+        while (item := self._queue.get()) is not None:
+            report, essential = item
+            if not essential:
+                with self._lock:
+                    self._rates -= 1
+            answer = self._send(report, essential)
+            if answer is not None and answer.stop and report.WhichOneof("what") != "outcome":
+                self.on_stop(answer.reason or "the controller says stop")
+
+    def _send(self, report: pb.TransferReport, essential: bool) -> pb.ReportTransferResponse | None:
+        what = report.WhichOneof("what")
+        deadline = time.monotonic() + self.patience
+        attempt = 0
+        while True:
+            try:
+                return self.client.report_transfer(report)
+            except ApiError as error:
+                attempt += 1
+                wait = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (attempt - 1)) * random.uniform(0.75, 1.0)
+                if not essential or error.code not in RETRYABLE or time.monotonic() + wait > deadline:
+                    log.warning("%s: the controller did not take the %s report: %s", self.transfer, what, error)
+                    return None
+                log.info("%s: reporting %s: %s; retrying in %.1f s", self.transfer, what, error, wait)
+                time.sleep(wait)
+            except ValueError as error:  # the agent closed its client: it stops
+                log.warning("%s: the %s report was not sent: %s", self.transfer, what, error)
+                return None
+
+
+class _Side:
+    """One side (RECEIVE or SEND) of one transfer, running in its own thread."""
+
+    def __init__(self, job: pb.TransferJob, client: TsdnClient, dtn: str, options: JobOptions) -> None:
+        self.job = job
+        self.cancel = threading.Event()
+        self.reason = ""
+        self.reporter = _Reporter(client, job.transfer, dtn, job.role, options.advertise, options.report_patience,
+                                  self.stop)
+        self.thread: threading.Thread | None = None
+
+    def stop(self, reason: str) -> None:
+        """Cancel the engine (the first reason given is the one reported)."""
+        if not self.cancel.is_set():
+            self.reason = reason
+            log.info("%s (%s): stopping: %s", self.job.transfer, ROLES[self.job.role], reason)
+            self.cancel.set()
+
+
+class JobRunner:
+    """Runs the transfer jobs the controller hands to the agent of `dtn`, and reports how they go."""
+
+    def __init__(self, client: TsdnClient, dtn: str, options: JobOptions | None = None) -> None:
+        self.client = client
+        self.dtn = dtn
+        self.options = options or JobOptions()
+        self.cpus = pinning_cpus(self.options.data_nic)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._sides: dict[tuple[str, int], _Side] = {}
+        self._stream: threading.Thread | None = None
+
+    # -- the owner's side --------------------------------------------------------------------
+
+    def start(self) -> JobRunner:
+        """Follow the job stream in a thread; returns self."""
+        if self._stream is None:
+            self._stream = threading.Thread(target=self._follow, name=f"jobs-{self.dtn}", daemon=True)
+            self._stream.start()
+        return self
+
+    def running(self) -> list[tuple[str, str]]:
+        """The (transfer, role) sides running now, role "receive" or "send"."""
+        with self._lock:
+            return [(transfer, ROLES[role]) for transfer, role in self._sides]
+
+    def stop(self, reason: str = AGENT_STOPPING, timeout: float = 10.0) -> None:
+        """Take no more jobs, cancel the running transfers and wait up to `timeout` seconds for them
+        to end and report. A side whose engine does not stop in time is reported as ended
+        (ok=False, `reason`) and left to finish in its daemon thread.
+
+        The job stream itself ends when the client is closed (or its next message arrives).
+        """
+        self._stop.set()
+        with self._lock:
+            sides = list(self._sides.values())
+        for side in sides:
+            side.stop(reason)
+        deadline = time.monotonic() + timeout
+        for side in sides:
+            if side.thread is not None:
+                side.thread.join(max(0.0, deadline - time.monotonic()))
+            if side.thread is not None and side.thread.is_alive():
+                log.warning("%s (%s): the engine did not stop within %g s", side.job.transfer,
+                            ROLES[side.job.role], timeout)
+                side.reporter.outcome(False, reason)
+            side.reporter.join(max(0.1, deadline - time.monotonic()))
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the job stream thread to end; whether it did."""
+        if self._stream is None:
+            return True
+        self._stream.join(timeout)
+        return not self._stream.is_alive()
+
+    # -- the job stream ----------------------------------------------------------------------
+
+    def _follow(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                for job in self.client.take_jobs(self.dtn):
+                    if failures:
+                        log.info("job stream from the controller is back")
+                        failures = 0
+                    if self._stop.is_set():
+                        break
+                    self._take(job)
+                wait = FIRST_BACKOFF  # the controller ended the stream (stopping): come back soon
+            except ApiError as error:
+                if error.code in FATAL:
+                    log.error("the controller refuses jobs for %s: %s; taking no jobs", self.dtn, error)
+                    return
+                failures += 1
+                wait = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (failures - 1)) * random.uniform(0.75, 1.0)
+                log.warning("job stream: %s; reconnecting in %.1f s", error, wait)
+            except Exception:  # never let the stream thread die silently
+                failures += 1
+                wait = MAX_BACKOFF
+                log.exception("job stream failed; reconnecting in %.1f s", wait)
+            self._stop.wait(wait)
+        log.debug("job stream of %s ends", self.dtn)
+
+    def _take(self, job: pb.TransferJob) -> None:
+        """Start a new side, stop a running one, or ignore a job seen before."""
+        if job.role == pb.STOP:
+            with self._lock:
+                sides = [s for (t, _), s in self._sides.items() if t == job.transfer]
+                for role in ROLES:  # a late copy of a job of this transfer must not start it
+                    self._remember((job.transfer, role))
+            for side in sides:
+                side.stop("stopped by the controller")
+            return
+        if job.role not in ROLES:
+            log.warning("%s: job with unknown role %d ignored", job.transfer, job.role)
+            return
+        key = (job.transfer, job.role)
+        with self._lock:
+            if key in self._seen or self._stop.is_set():
+                return
+            self._remember(key)
+            side = _Side(job, self.client, self.dtn, self.options)
+            self._sides[key] = side
+            side.thread = threading.Thread(target=self._run, args=(side,), daemon=True,
+                                           name=f"{ROLES[job.role]}-{job.transfer.removeprefix('transfers/')[:8]}")
+        log.info("%s: %s job (engine %s)", job.transfer, ROLES[job.role], job.engine or "builtin")
+        side.thread.start()
+
+    def _remember(self, key: tuple[str, int]) -> None:
+        self._seen[key] = None
+        while len(self._seen) > SEEN_JOBS:
+            self._seen.popitem(last=False)
+
+    # -- one side ----------------------------------------------------------------------------
+
+    def _run(self, side: _Side) -> None:
+        reporter = side.reporter
+        try:
+            result = self._engine_run(side)
+        except ValueError as error:  # EngineUnavailable too: the job cannot run here
+            log.warning("%s: %s", side.job.transfer, error)
+            reporter.outcome(False, str(error))
+        except Exception as error:  # an engine bug must still end the transfer
+            log.exception("%s: the engine failed", side.job.transfer)
+            reporter.outcome(False, f"agent error: {type(error).__name__}: {error}")
+        else:
+            error = result.error
+            if side.cancel.is_set() and not result.ok and side.reason:
+                error = side.reason if not error or error == "cancelled" else f"{side.reason} ({error})"
+            log.info("%s (%s): %s", side.job.transfer, ROLES[side.job.role], "done" if result.ok else error)
+            reporter.outcome(result.ok, error, result)
+        finally:
+            with self._lock:
+                self._sides.pop((side.job.transfer, side.job.role), None)
+        reporter.join(self.options.report_patience + 5.0)
+
+    def _engine_run(self, side: _Side) -> TransferResult:
+        job = side.job
+        name = job.engine or "builtin"
+        why = engine_unavailable(name, self.options.fdt_jar)
+        if why:
+            raise EngineUnavailable(why)
+        engine = engine_named(name, fdt_jar=self.options.fdt_jar)
+        size = job.size_bytes if job.HasField("size_bytes") else None
+        destination = Path(job.destination) if job.destination else None
+        transfer_id = job.transfer.removeprefix("transfers/")
+        if job.role == pb.RECEIVE:
+            spec = TransferJob(transfer_id, self.options.listen, 0, streams=job.streams or 1, size=size,
+                               destination=destination, cpus=self.cpus, cancel=side.cancel)
+            return engine.receive(spec, side.reporter.rate, side.reporter.ready)
+        spec = TransferJob(transfer_id, job.peer_host, job.peer_port, streams=job.streams or 1, size=size,
+                           files=tuple(Path(f) for f in job.files), destination=destination,
+                           pacing_bps=job.pacing_bps if job.HasField("pacing_bps") else None, cpus=self.cpus,
+                           cancel=side.cancel)
+        return engine.send(spec, side.reporter.rate)
