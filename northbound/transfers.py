@@ -179,7 +179,7 @@ class TransferServicer(_Base, pb_grpc.TransferServiceServicer):
         def event_out(event: TransferEvent) -> pb.TransferEvent:
             return pb.TransferEvent(previous_state=state_out(event.previous), state=state_out(event.state),
                                     reason=event.reason,
-                                    transfer=transfer_out(event.transfer, self.desk.emulation_scale),
+                                    transfer=transfer_out(event.transfer, self.desk.emulation_scale, event.path),
                                     time=convert.timestamp_out(event.time))
         return self.stream(context, hub, subscribe, first, event_out, lambda e: e.state.ended)
 

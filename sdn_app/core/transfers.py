@@ -170,6 +170,7 @@ class TransferEvent:
     reason: str
     transfer: Transfer
     time: float
+    path: tuple[str, ...] = ()  # the switches its reservation crossed then
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,7 @@ class TransferDesk:
         now = self.clock.now()
         transfer = replace(transfer, rate=report, last_report=now, updated=now)
         self._transfers[transfer.id] = transfer
-        self._events.append(TransferEvent(transfer.state, transfer.state, "rate", transfer, now))
+        self._events.append(TransferEvent(transfer.state, transfer.state, "rate", transfer, now, self.path(transfer)))
         if self.book.get(transfer.acting_owner, transfer.reservation).state is State.ACTIVE:
             self.book.report_rate(transfer.acting_owner, transfer.reservation,
                                   report.bits_per_second / self.emulation_scale)
@@ -445,7 +446,8 @@ class TransferDesk:
         return new
 
     def _emit(self, previous: TransferState | None, transfer: Transfer, reason: str) -> None:
-        self._events.append(TransferEvent(previous, transfer.state, reason, transfer, self.clock.now()))
+        self._events.append(TransferEvent(previous, transfer.state, reason, transfer, self.clock.now(),
+                                          self.path(transfer)))
 
     def _side(self, principal: Principal, dtn: str, name: str, role: JobRole, bound_dtn: str | None) -> Transfer:
         self._check_agent(principal, dtn, bound_dtn)
