@@ -20,14 +20,18 @@ from northbound.proto.tsdn.v1 import (
     bandwidth_pb2_grpc,
     topology_pb2,
     topology_pb2_grpc,
+    transfer_pb2,
+    transfer_pb2_grpc,
 )
 from northbound.servicers import BandwidthServicer, TopologyServicer
+from northbound.transfers import TransferServicer
 from sdn_app.core.agents import DEFAULT_HEARTBEAT_TIMEOUT, AgentRegistry
 from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
+from sdn_app.core.transfers import TransferDesk
 from sdn_app.worker import CoreWorker
 
 log = logging.getLogger(__name__)
@@ -35,6 +39,7 @@ SERVICES = (
     bandwidth_pb2.DESCRIPTOR.services_by_name["BandwidthService"].full_name,
     topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+    transfer_pb2.DESCRIPTOR.services_by_name["TransferService"].full_name,
 )
 RPC_THREADS = 64  # each open WatchReservations stream holds one
 
@@ -45,6 +50,7 @@ class ControllerConfig:
 
     topology: Path
     listen_grpc: str = "127.0.0.1:50051"
+    also_listen: tuple[str, ...] = ()  # more gRPC addresses (HOST:PORT or unix:PATH), e.g. for agents in Mininet
     state: Path = Path("tsdn.db")
     tokens: Path | None = None
     tls_cert: Path | None = None
@@ -53,6 +59,8 @@ class ControllerConfig:
     listen_openflow: str | None = None  # None: no switches, reservations are booked in the ledger only
     emulation_scale: float = 1.0  # meters carry nominal rate x scale (Mininet); 1 on real switches
     agent_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT  # seconds without a heartbeat before an agent is LOST
+    listen_http: str | None = None  # live map + /metrics (HOST:PORT; `tsdn controller` defaults to 127.0.0.1:8080)
+    http_required: bool = True  # False: a busy listen_http is a warning (the CLI's default address), not an error
     clock: Clock = field(default_factory=SystemClock)
 
 
@@ -93,11 +101,11 @@ class Controller:
         """Load everything and bind the port; nothing is served until `start`."""
         self.config = config
         if config.tokens is None:
-            if not is_loopback(config.listen_grpc):
-                raise InvalidArgument(
-                    f"--listen-grpc {config.listen_grpc}: without --tokens the API is open to every caller, "
-                    "which is allowed only on a loopback address"
-                )
+            for option, address in (("--listen-grpc", config.listen_grpc),
+                                    *(("--also-listen", a) for a in config.also_listen)):
+                if not is_loopback(address):
+                    raise InvalidArgument(f"{option} {address}: without --tokens the API is open to every caller, "
+                                          "which is allowed only on a loopback address or a unix: socket")
             self.auth = Authenticator(None)
         else:
             self.auth = Authenticator.from_file(config.tokens)
@@ -105,7 +113,7 @@ class Controller:
         if not 0 < config.emulation_scale <= 1:
             raise InvalidArgument(f"--emulation-scale: must be in (0, 1], got {config.emulation_scale}")
         self.topology = Topology.load(config.topology)
-        self.agents = AgentRegistry(self.topology, config.clock, config.agent_timeout)
+        self.agents = AgentRegistry(self.topology, config.clock, config.agent_timeout, config.emulation_scale)
         for principal, dtn in sorted(self.auth.agent_dtns.items()):
             if dtn not in self.topology.dtns:
                 raise InvalidArgument(f"{config.tokens}: agent {principal}: dtn {dtn!r} is not a DTN of "
@@ -123,7 +131,14 @@ class Controller:
         except BaseException:
             self.ledger.close()
             raise
-        self.worker = CoreWorker(self.book, self.fabric, tickers=(self.agents,))
+        self.book.host_limits = self.agents.host_limit
+        self.transfers = TransferDesk(self.book, self.agents, config.clock, config.emulation_scale)
+        self.worker = CoreWorker(self.book, self.fabric, tickers=(self.agents, self.transfers))
+        # --- live map and /metrics (sdn_app/web) ---
+        self.web = None
+        if config.listen_http is not None:
+            self.web = self._web_server(config.listen_http)
+        # --- end live map ---
         self.health = health.HealthServicer()
         self.server = grpc.server(ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="grpc"),
                                   options=[("grpc.so_reuseport", 0)])
@@ -131,24 +146,54 @@ class Controller:
                                                                   self.server)
         topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(self.worker, self.auth, self.fabric),
                                                                 self.server)
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.worker, self.auth, self.agents),
-                                                          self.server)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(
+            AgentServicer(self.worker, self.auth, self.agents, self.transfers), self.server)
+        transfer_pb2_grpc.add_TransferServiceServicer_to_server(
+            TransferServicer(self.worker, self.auth, self.transfers), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
             self.server,
         )
+        self.port = 0
+        for address in (config.listen_grpc, *config.also_listen):
+            try:
+                port = (self.server.add_insecure_port(address) if credentials is None
+                        else self.server.add_secure_port(address, credentials))
+            except RuntimeError as exc:
+                self.ledger.close()
+                raise FailedPrecondition(f"gRPC address {address}: cannot listen there ({exc})") from None
+            if not port:
+                self.ledger.close()
+                raise FailedPrecondition(f"gRPC address {address}: cannot listen there (in use?)")
+            self.port = self.port or port
+
+    def _web_server(self, address: str):
+        """The read-only HTTP server of the live map and /metrics, bound (served from `start`)."""
+        from sdn_app.web import LiveMap, WebServer
+
+        host, port = _host_port(address, "--listen-http")
+        live = LiveMap(self.worker, self.topology, self.fabric, self.config.emulation_scale)
         try:
-            if credentials is None:
-                self.port = self.server.add_insecure_port(config.listen_grpc)
-            else:
-                self.port = self.server.add_secure_port(config.listen_grpc, credentials)
-        except RuntimeError as exc:
+            web = WebServer(live, (host, port))
+        except OSError as exc:
+            if not self.config.http_required:
+                log.warning("no live map: cannot listen on %s (%s); give --listen-http another address",
+                            address, exc.strerror or exc)
+                return None
             self.ledger.close()
-            raise FailedPrecondition(f"--listen-grpc {config.listen_grpc}: cannot listen there ({exc})") from None
-        if not self.port:
-            self.ledger.close()
-            raise FailedPrecondition(f"--listen-grpc {config.listen_grpc}: cannot listen there (in use?)")
+            if self.fabric is not None:
+                self.fabric.stop()
+            raise FailedPrecondition(f"--listen-http {address}: cannot listen there ({exc.strerror or exc})") from None
+        if not is_loopback(address):
+            log.warning("the live map and /metrics on %s are read-only but visible to anyone who can reach "
+                        "that address (no authentication)", web.address)
+        return web
+
+    @property
+    def http_address(self) -> str | None:
+        """`host:port` of the live map, when served."""
+        return self.web.address if self.web is not None else None
 
     @property
     def address(self) -> str:
@@ -162,6 +207,9 @@ class Controller:
             book, worker = self.book, self.worker
             self.fabric.link_listener = lambda link, up, reason: worker.submit(book.set_link_state, link, up, reason)
         self.server.start()
+        if self.web is not None:  # live map
+            self.web.start()
+            log.info("live map on http://%s/ (Prometheus metrics at /metrics)", self.web.address)
         for service in ("", *SERVICES):
             self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if self.auth.development_mode:
@@ -175,6 +223,8 @@ class Controller:
         self.health.enter_graceful_shutdown()
         self.worker.close_watchers()
         self.server.stop(grace).wait(grace + 1)
+        if self.web is not None:  # live map
+            self.web.stop()
         self.worker.stop()
         if self.fabric is not None:
             self.fabric.stop()

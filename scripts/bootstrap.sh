@@ -10,6 +10,7 @@ DEBIAN_PACKAGES=(
     mininet openvswitch-switch        # emulated WAN on real OVS switches
     iperf3 iputils-ping ethtool numactl iproute2 psmisc
     openssl                           # TLS certificates in the API tests
+    chromium chromium-driver          # the live map's browser tests (selenium, headless)
 )
 
 missing=()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import hashlib
 import heapq
 import json
@@ -196,6 +197,7 @@ class ReservationBook:
         self.finder = PathFinder(topology, ledger)
         self.advisor = advisor or RateAdvisor()
         self.host_limits: Callable[[str], HostLimit | None] | None = None  # what a DTN's host can carry
+        self.refusals: collections.Counter[str] = collections.Counter()  # admissions refused, by kind
         self._plans: dict[str, FlowPlan] = {}
         self._tokens: dict[str, int] = {}  # reservation -> token of its latest confirmed change
         self._awaiting_reconcile: dict[str, set[str]] = {}  # caught mid-change at start-up -> switches left
@@ -291,6 +293,19 @@ class ReservationBook:
 
     def create(self, principal: Principal, request: PathRequest, labels: Mapping[str, str] | None = None,
                request_id: str = "", validate_only: bool = False, fingerprint: str = "") -> Reservation:
+        """Admit `request` for the caller, or raise why not (counted in `refusals`); idempotent
+        per `request_id`."""
+        try:
+            return self._admit(principal, request, labels, request_id, validate_only, fingerprint)
+        except NoCapacity:
+            self.refusals["no_capacity"] += 1
+            raise
+        except FailedPrecondition:
+            self.refusals["failed_precondition"] += 1
+            raise
+
+    def _admit(self, principal: Principal, request: PathRequest, labels: Mapping[str, str] | None,
+               request_id: str, validate_only: bool, fingerprint: str) -> Reservation:
         """Admit `request` for the caller, or raise why not; idempotent per `request_id`.
 
         A retry with a `request_id` already used by this caller returns that reservation

@@ -22,6 +22,9 @@ nothing about reservations; its handlers unpack an event and hand over:
   connected switch each `LLDP_INTERVAL` (and at once when a port comes up or a switch
   connects) and ticks the monitor. Each link change is logged (WARNING down, INFO up) and
   handed to `link_hook`, each wiring mismatch logged at WARNING.
+- load: a poller thread sends every connected switch a port stats request each
+  `STATS_INTERVAL`; each complete reply (every part gathered) goes to
+  `port_stats_hook(dpid, counters, monotonic_time)` (the fabric's `UtilizationMeter`).
 
 Threads: os-ken runs these handlers on the app's event thread; `Fabric.apply` runs on the
 caller's. Shared state (datapaths, waiters, xids) is guarded by one lock.
@@ -46,11 +49,13 @@ from os_ken.ofproto import ofproto_v1_3
 
 from sdn_app.core.links import Event, LinkChange, LinkMonitor, NetworkStatus
 from sdn_app.core.topology import Topology
+from sdn_app.core.utilization import PortCounters
 from sdn_app.openflow import encoder
 
 LOG = logging.getLogger("tsdn.openflow")
 LLDP_INTERVAL = 1.0  # seconds between LLDP frames on each monitored port
 SILENCE_TIMEOUT = 3.5  # seconds without LLDP on a link heard before: the link is down
+STATS_INTERVAL = 1.0  # seconds between port stats requests to each switch (link load)
 
 
 @dataclass(frozen=True)
@@ -132,14 +137,18 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         self.link_hook: Callable[[LinkChange], None] | None = None  # called under the lock; must not block
         self._port_desc: dict[int, dict[int, bool]] = {}  # dpid -> ports of a multipart reply being gathered
         self._lldp_stop = threading.Event()
+        # (dpid, counters, monotonic time) of each complete port stats reply; on the event thread, must not block
+        self.port_stats_hook: Callable[[int, list[PortCounters], float], None] | None = None
+        self._port_stats: dict[int, list[PortCounters]] = {}  # dpid -> parts of a reply being gathered
 
     def start(self):
-        """Start the event loop and the LLDP sender."""
+        """Start the event loop, the LLDP sender and the port stats poller."""
         super().start()
         self.threads.append(hub.spawn(self._lldp_loop))
+        self.threads.append(hub.spawn(self._stats_loop))
 
     def stop(self) -> None:
-        """Stop the LLDP sender and the event loop."""
+        """Stop the LLDP sender, the poller and the event loop."""
         self._lldp_stop.set()
         super().stop()
 
@@ -259,6 +268,7 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
                 del self.datapaths[dp.id]
                 LOG.info("switch %s (dpid %#x) disconnected", self.switch_name(dp.id), dp.id)
                 self._port_desc.pop(dp.id, None)
+                self._port_stats.pop(dp.id, None)
                 self._link_events(self.links.switch_disconnected(dp.id, time.monotonic()))
                 for (dpid, _), waiter in list(self._waiting.items()):
                     if dpid == dp.id:
@@ -413,6 +423,42 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
                 self.lldp_round()
             except Exception:  # one bad round must not end link verification
                 LOG.exception("LLDP round failed")
+
+    # -- load (port statistics) ---------------------------------------------------------------
+
+    def stats_round(self) -> None:
+        """Ask every connected switch for its port counters (the replies come to `port_stats_reply`)."""
+        with self.lock:
+            datapaths = list(self.datapaths.values())
+        for dp in datapaths:
+            with contextlib.suppress(ConnectionError):
+                self.send(dp, encoder.port_stats_request(dp))
+
+    def _stats_loop(self) -> None:
+        while not self._lldp_stop.wait(STATS_INTERVAL):
+            try:
+                self.stats_round()
+            except Exception:  # one bad round must not end load measurement
+                LOG.exception("port stats round failed")
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def port_stats_reply(self, ev) -> None:
+        """A part of a switch's port stats reply: gathered until the last, then handed on."""
+        msg = ev.msg
+        dp = msg.datapath
+        now = time.monotonic()
+        with self.lock:
+            parts = self._port_stats.setdefault(dp.id, [])
+            parts.extend(encoder.port_counters(dp.ofproto, msg.body))
+            if msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+                return
+            counters = self._port_stats.pop(dp.id)
+        hook = self.port_stats_hook
+        if hook is not None:
+            try:
+                hook(dp.id, counters, now)
+            except Exception:
+                LOG.exception("the port stats listener failed for %s", self.switch_name(dp.id))
 
     def _link_events(self, events: list[Event]) -> None:
         """Log each event; hand each link change to `link_hook` (called under the lock)."""

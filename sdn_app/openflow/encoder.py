@@ -31,10 +31,13 @@ real `ofproto_v1_3` modules) and returns message objects; nothing is sent here.
 - reading back (reconciliation): `flow_stats_request`, `meter_config_request`,
   `group_desc_request`; `flow_from_stats`, `meter_from_stats`, `group_from_stats` decode the
   replies as specs (`held_meter`: a meter as the switch reports it after the scale and rounding).
+- load (the live map and /metrics): `port_stats_request` for every port, `port_counters`
+  decoding a reply's entries as `core.utilization.PortCounters` (physical ports only).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -50,6 +53,7 @@ from sdn_app.core.plans import (
     Step,
     StepKind,
 )
+from sdn_app.core.utilization import PortCounters
 
 ETH_TYPE_ARP = 0x0806
 TABLE_MISS_PRIORITY = 0
@@ -414,6 +418,17 @@ def meter_config_request(dp: Any) -> Any:
 def group_desc_request(dp: Any) -> Any:
     """OFPGroupDescStatsRequest (every group)."""
     return dp.ofproto_parser.OFPGroupDescStatsRequest(dp, 0)
+
+
+def port_stats_request(dp: Any) -> Any:
+    """OFPPortStatsRequest for every port (cumulative byte counters, for link load)."""
+    return dp.ofproto_parser.OFPPortStatsRequest(dp, 0, dp.ofproto.OFPP_ANY)
+
+
+def port_counters(ofp: Any, body: Iterable[Any]) -> list[PortCounters]:
+    """The byte counters of the physical ports in a port stats reply's entries."""
+    return [PortCounters(stats.port_no, stats.tx_bytes, stats.rx_bytes) for stats in body
+            if 0 < stats.port_no <= ofp.OFPP_MAX]
 
 
 def _unscaled(kbits: int, scale: float) -> int:

@@ -33,6 +33,10 @@ Link state: `fabric.link_listener = listener` has `listener(link, up, reason)` c
 every link going down or coming up (on an os-ken thread: it must not block); links already
 down when it is set are reported to it at once. `fabric.link_status()` is a thread-safe
 snapshot of switches, links and wiring mismatches (`sdn_app.core.links.NetworkStatus`).
+
+Load: the app polls every switch's port counters each second; `fabric.utilization()` is a
+thread-safe snapshot of the measured bits/s per link direction (`core.utilization`), with
+the emulation scale applied (nominal rate, fraction of capacity x scale).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from sdn_app.core.links import LinkChange, NetworkStatus
 from sdn_app.core.plans import FlowSpec, GroupSpec, MeterSpec, Step, StepKind, SwitchPlan, is_tsdn_cookie
 from sdn_app.core.reconcile import Reconciliation, reconcile
 from sdn_app.core.topology import Topology
+from sdn_app.core.utilization import DirectionLoad, PortCounters, UtilizationMeter
 from sdn_app.openflow import encoder
 from sdn_app.openflow.app import TsdnOpenFlowApp, Waiter
 
@@ -204,6 +209,8 @@ class Fabric:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self._link_listener: LinkListener | None = None
+        self._load_lock = threading.Lock()
+        self._meter = UtilizationMeter(topology, scale)  # guarded by _load_lock
         # Called with a switch's name each time it connects (on an os-ken thread: must not block).
         self.on_switch_connected: Callable[[str], None] | None = None
 
@@ -272,6 +279,19 @@ class Fabric:
     def link_status(self) -> NetworkStatus | None:
         """Switches, links and wiring mismatches now; None before the OpenFlow app runs."""
         return self.app.link_status() if self.app is not None else None
+
+    # -- load -------------------------------------------------------------------------------
+
+    def _port_stats(self, dpid: int, counters: list[PortCounters], now: float) -> None:
+        name = self.topology.switch_by_dpid(dpid)
+        if name is not None:
+            with self._load_lock:
+                self._meter.observe(name, counters, now)
+
+    def utilization(self) -> dict[str, DirectionLoad]:
+        """Measured load of every link direction (access links included) now, by direction id."""
+        with self._load_lock:
+            return self._meter.loads(time.monotonic())
 
     # -- applying steps ---------------------------------------------------------------------
 
@@ -595,6 +615,7 @@ def start_openflow(topology: Topology, listen_host: str = "127.0.0.1", listen_po
             threads = manager.instantiate_apps(topology=topology, scale=scale, **contexts)
             fabric.app = manager.applications["TsdnOpenFlowApp"]
             fabric.app.on_connected = fabric._switch_connected
+            fabric.app.port_stats_hook = fabric._port_stats
             fabric._handler = manager.applications.get("ofp_event")
         except BaseException as exc:
             failure.append(exc)

@@ -1,0 +1,293 @@
+"""What the live map shows, gathered once a second and pushed to every open page.
+
+`LiveMap` reads the core only through the worker (`worker.call` for a snapshot of the live
+reservations and the links the core holds down; a subscription to `worker.hub` for
+reservation events), and the switches only through the fabric's thread-safe snapshots
+(`fabric.utilization()`, `fabric.link_status()`). It owns nothing the core decides with.
+
+Threads: one follows the reservation events, one ticks every `interval` seconds (loads, link
+states, throughput history, metrics). Each page's server-sent-events stream is a queue fed by
+both: `subscribe()` returns the queue, whose first message is the full snapshot; then
+`reservation`, `link` and `tick` messages; None at shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from sdn_app.core.reservations import Event, Principal, Reservation, Role, State
+from sdn_app.core.topology import Topology
+from sdn_app.core.units import format_bandwidth
+from sdn_app.core.utilization import DirectionLoad, UtilizationMeter, aggregate_bps
+from sdn_app.web.layout import map_layout
+from sdn_app.web.metrics import ControllerMetrics, reroute_cause
+
+log = logging.getLogger("tsdn.web")
+INTERVAL = 1.0  # seconds between ticks
+HISTORY_SECONDS = 300  # the throughput chart's span
+RECENT_EVENTS = 200
+CLIENT_BACKLOG = 1000  # messages a slow page may fall behind before it is dropped
+VIEWER = Principal("live-map", Role.ADMIN)  # read-only: the map only lists
+
+
+def _rate(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _ratio(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def load_json(load: DirectionLoad) -> dict[str, Any]:
+    return {"id": load.direction, "src": load.src, "dst": load.dst, "capacity_bps": load.capacity,
+            "measured_bps": _rate(load.measured_bps), "nominal_bps": _rate(load.nominal_bps),
+            "fraction": _ratio(load.fraction)}
+
+
+def reservation_json(r: Reservation) -> dict[str, Any]:
+    primary = r.route.primary if r.route is not None else None
+    backup = r.route.backup if r.route is not None else None
+    return {"id": r.id, "name": r.name, "owner": r.owner, "src": r.request.src, "dst": r.request.dst,
+            "bandwidth_bps": r.request.bandwidth, "bandwidth": format_bandwidth(r.request.bandwidth),
+            "state": r.state.value, "reason": r.reason,
+            "switches": list(primary.switches) if primary else [], "links": list(primary.links) if primary else [],
+            "backup_links": list(backup.links) if backup else [], "labels": dict(r.labels)}
+
+
+def event_verb(event: Event) -> str:
+    """One word for the events feed: created, active, moving, moved, rerouted, degraded, ..."""
+    state = event.reservation.state
+    if event.previous is None:
+        return "created"
+    if reroute_cause(event) is not None:
+        return "moving" if state is State.MOVING else "rerouted"
+    if state is State.ACTIVE and event.previous is State.MOVING:
+        return "moved"
+    if state is State.ACTIVE and event.previous is State.DEGRADED:
+        return "restored"
+    return state.value.lower()
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    r = event.reservation
+    verb = event_verb(event)
+    return {"kind": "reservation", "time": event.time, "sequence": event.sequence, "verb": verb,
+            "id": r.id, "src": r.request.src, "dst": r.request.dst, "state": r.state.value,
+            "previous": event.previous.value if event.previous else None, "reason": event.reason,
+            "text": f"{r.request.src}\u2192{r.request.dst} {format_bandwidth(r.request.bandwidth)} {verb}"
+                    + (f": {event.reason}" if event.reason else "")}
+
+
+class LiveMap:
+    """The live map's state and its feeds (SSE queues, Prometheus metrics)."""
+
+    def __init__(self, worker: Any, topology: Topology, fabric: Any | None = None, scale: float = 1.0,
+                 interval: float = INTERVAL, wall_clock: Callable[[], float] = time.time):
+        self.worker = worker
+        self.topology = topology
+        self.fabric = fabric
+        self.scale = scale
+        self.interval = interval
+        self.wall_clock = wall_clock
+        self.metrics = ControllerMetrics()
+        self.layout = map_layout(topology)
+        self._idle_meter = UtilizationMeter(topology, scale)  # no samples: every load unknown
+        self._lock = threading.Lock()
+        self._clients: set[queue.Queue] = set()
+        self._reservations: dict[str, dict[str, Any]] = {}
+        self._links: dict[str, dict[str, Any]] = {}
+        self._events: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
+        self._history: deque[dict[str, Any]] = deque(maxlen=max(2, int(HISTORY_SECONDS / interval)))
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._subscription = None
+        self._tick_once(core=False)  # a page opened before the first tick sees the links already
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._subscription = self.worker.hub.subscribe(lambda event: True)
+        for target, name in ((self._follow_events, "tsdn-web-events"), (self._tick_loop, "tsdn-web-tick")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._subscription is not None:
+            self.worker.hub.unsubscribe(self._subscription)
+        for thread in self._threads:
+            thread.join(timeout)
+        with self._lock:
+            clients, self._clients = self._clients, set()
+        for client in clients:
+            with contextlib.suppress(queue.Full):
+                client.put_nowait(None)
+
+    # -- feeds ------------------------------------------------------------------------------
+
+    def subscribe(self) -> queue.Queue:
+        """A queue of (kind, data) messages for one page: the snapshot first."""
+        client: queue.Queue = queue.Queue(maxsize=CLIENT_BACKLOG)
+        with self._lock:
+            client.put_nowait(("snapshot", self._snapshot_locked()))
+            self._clients.add(client)
+        return client
+
+    def unsubscribe(self, client: queue.Queue) -> None:
+        with self._lock:
+            self._clients.discard(client)
+
+    def _broadcast(self, kind: str, data: dict[str, Any]) -> None:
+        with self._lock:
+            clients = list(self._clients)
+        for client in clients:
+            try:
+                client.put_nowait((kind, data))
+            except queue.Full:  # too slow: drop it; its page reconnects and gets a fresh snapshot
+                self.unsubscribe(client)
+                with contextlib.suppress(queue.Full):
+                    client.put_nowait(None)
+
+    def _follow_events(self) -> None:
+        subscription = self._subscription
+        assert subscription is not None
+        while not self._stop.is_set():
+            try:
+                event = subscription.events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if event is None:
+                return
+            try:
+                self._reservation_event(event)
+            except Exception:
+                log.exception("live map: reservation event %s failed", event)
+
+    def _reservation_event(self, event: Event) -> None:
+        self.metrics.observe_events([event])
+        data = event_json(event)
+        r = event.reservation
+        with self._lock:
+            self._events.append(data)
+            if r.state.is_final:
+                self._reservations.pop(r.id, None)
+            else:
+                self._reservations[r.id] = reservation_json(r)
+        self._broadcast("reservation", {"event": data, "reservation": reservation_json(r)})
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def _tick_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._tick_once()
+            except Exception:
+                log.exception("live map tick failed")
+            self._stop.wait(self.interval)
+
+    def _core_view(self) -> tuple[list[Reservation], frozenset[str], dict[str, int]] | None:
+        if not getattr(self.worker, "running", True):
+            return None
+        book = self.worker.book
+        try:
+            return self.worker.call(lambda: (book.snapshot(VIEWER), book.down_links(), dict(book.refusals)),
+                                    timeout=5.0)
+        except Exception as why:  # shutting down, or the core is busy: try again next tick
+            log.debug("live map: no core snapshot this tick: %s", why)
+            return None
+
+    def _tick_once(self, core: bool = True) -> None:
+        now = self.wall_clock()
+        loads = self.fabric.utilization() if self.fabric is not None else self._idle_meter.loads(time.monotonic())
+        status = self.fabric.link_status() if self.fabric is not None else None
+        observed = {link.name: link for link in status.links} if status is not None else {}
+        core = self._core_view() if core else None
+        down_in_core = core[1] if core is not None else frozenset(
+            name for name, link in self._links.items() if link["state"] == "down")
+        by_link: dict[str, list[DirectionLoad]] = {}
+        for load in loads.values():
+            if not load.is_access:
+                by_link.setdefault(load.link, []).append(load)
+        links: dict[str, dict[str, Any]] = {}
+        changes: list[dict[str, Any]] = []
+        for name, spec in self.topology.links.items():
+            seen = observed.get(name)
+            if name in down_in_core or (seen is not None and not seen.up):
+                state = "down"
+            else:
+                state = seen.state.value.lower() if seen is not None else "up"
+            reason = seen.reason if seen is not None else ("reported down" if state == "down" else "")
+            forward, backward = self.topology.link_directions[name]
+            directions = [load_json(loads[d.id]) for d in (forward, backward) if d.id in loads]
+            peak = max((d["fraction"] or 0.0 for d in directions), default=0.0)
+            links[name] = {"name": name, "a": spec.a, "b": spec.b, "kind": spec.kind, "state": state,
+                           "reason": reason, "fraction": round(peak, 4), "directions": directions}
+            before = self._links.get(name)
+            if before is not None and (before["state"] == "down") != (state == "down"):
+                changes.append({"kind": "link", "time": now, "link": name, "up": state != "down",
+                                "verb": "up" if state != "down" else "down",
+                                "text": f"link {name} {'up' if state != 'down' else 'down'}"
+                                        + (f": {reason}" if reason else "")})
+        reservations = {r.id: reservation_json(r) for r in core[0]} if core is not None else None
+        measured = aggregate_bps(loads.values())
+        with self._lock:
+            if reservations is not None:
+                self._reservations = reservations
+            reserved = sum(r["bandwidth_bps"] for r in self._reservations.values()
+                           if r["state"] in ("ACTIVE", "MOVING", "DEGRADED"))
+            point = {"time": now, "measured_bps": round(measured, 1), "reserved_bps": reserved}
+            self._history.append(point)
+            self._links = links
+            self._events.extend(changes)
+            counts: dict[str, int] = {}
+            for r in self._reservations.values():
+                counts[r["state"]] = counts.get(r["state"], 0) + 1
+            tick = {"time": now, "links": list(links.values()), "reservations": list(self._reservations.values()),
+                    "throughput": point}
+        self.metrics.set_links(loads, {name: link["state"] != "down" for name, link in links.items()})
+        self.metrics.set_reservations(counts)
+        if core is not None:
+            self.metrics.set_refusals(core[2])
+        self.metrics.throughput.set(measured)
+        for change in changes:
+            self._broadcast("link", change)
+        self._broadcast("tick", tick)
+
+    # -- snapshot ---------------------------------------------------------------------------
+
+    def topology_json(self) -> dict[str, Any]:
+        layout = self.layout
+        topo = self.topology
+        return {
+            "name": topo.name, "description": topo.spec.description,
+            "width": layout.width, "height": layout.height,
+            "sites": [{"name": s.name, "kind": s.kind, "lat": s.lat, "lon": s.lon, "x": round(s.x, 1),
+                       "y": round(s.y, 1), "switches": list(s.switches)} for s in layout.sites],
+            "switches": [{"name": name, "dpid": spec.dpid, "description": spec.description,
+                          "site": (site.name if (site := topo.site_of(name)) else None),
+                          "x": round(layout.switches[name][0], 1), "y": round(layout.switches[name][1], 1)}
+                         for name, spec in topo.switches.items()],
+            "links": [{"name": name, "a": spec.a, "b": spec.b, "a_port": spec.a_port, "b_port": spec.b_port,
+                       "kind": spec.kind, "capacity_ab": topo.link_directions[name][0].capacity,
+                       "capacity_ba": topo.link_directions[name][1].capacity} for name, spec in topo.links.items()],
+            "dtns": [{"name": d.name, "switch": d.switch, "nic_speed": d.nic_speed} for d in topo.dtns.values()],
+        }
+
+    def _snapshot_locked(self) -> dict[str, Any]:
+        return {"time": self.wall_clock(), "scale": self.scale, "topology": self.topology_json(),
+                "links": list(self._links.values()), "reservations": list(self._reservations.values()),
+                "events": list(self._events)[-50:], "throughput": list(self._history)}
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the page draws: topology with coordinates, links with state and load,
+        live reservations with routes, recent events, throughput history."""
+        with self._lock:
+            return self._snapshot_locked()

@@ -1,0 +1,121 @@
+"""The controller's Prometheus metrics (prometheus_client, a registry of its own per controller).
+
+Families (all prefixed `tsdn_`):
+- `link_measured_bits_per_second{link,src,dst}`: load measured on each link direction (on an
+  emulated network, at the emulated scale); `link_nominal_bits_per_second`: the same divided
+  by the emulation scale; `link_utilization_ratio`: measured / (capacity x scale);
+  `link_capacity_bits_per_second`: the nominal capacity; `link_up{link}`: 1 up, 0 down.
+  Directions with no measurement yet have no sample.
+- `reservations{state}`: live reservations by state.
+- `admissions_refused_total{reason}`: create requests the core refused (no_capacity,
+  failed_precondition).
+- `reroutes_total{cause}`: reservations moved to another route (link, congestion, other).
+- `reservation_setup_seconds`: histogram of the time from a reservation's creation to ACTIVE.
+- `throughput_bits_per_second`: nominal bits/s delivered to DTNs (the aggregate throughput).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from sdn_app.core.reservations import Event, State
+from sdn_app.core.utilization import DirectionLoad
+
+__all__ = ["CONTENT_TYPE", "ControllerMetrics", "reroute_cause"]
+
+SETUP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+def reroute_cause(event: Event) -> str | None:
+    """Why `event` moved its reservation to another route (link, congestion, other), or None
+    when it is no move: the book's moves say `...: moving to <path>` (MOVING with switches,
+    the same state on a ledger-only controller); the confirmation after is not counted again."""
+    if event.previous is None or "moving to " not in event.reason:
+        return None
+    if event.reason.startswith("link "):
+        return "link"
+    if event.reason.startswith("congested"):
+        return "congestion"
+    return "other"
+
+
+class ControllerMetrics:
+    """The metric families, updated by the live map (`sdn_app.web.live`)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        labels = ("link", "src", "dst")
+        self.link_measured = Gauge("tsdn_link_measured_bits_per_second",
+                                   "Load measured on a link direction (emulated scale on Mininet)", labels, registry=r)
+        self.link_nominal = Gauge("tsdn_link_nominal_bits_per_second",
+                                  "Load of a link direction at nominal scale (measured / emulation scale)", labels,
+                                  registry=r)
+        self.link_ratio = Gauge("tsdn_link_utilization_ratio",
+                                "Fraction of a link direction's capacity in use (measured / capacity x scale)", labels,
+                                registry=r)
+        self.link_capacity = Gauge("tsdn_link_capacity_bits_per_second", "Nominal capacity of a link direction",
+                                   labels, registry=r)
+        self.link_up = Gauge("tsdn_link_up", "1 when the link is up (or not known down), 0 when down", ("link",),
+                             registry=r)
+        self.reservations = Gauge("tsdn_reservations", "Live reservations by state", ("state",), registry=r)
+        self.refused = Counter("tsdn_admissions_refused", "Reservation requests refused by the core",
+                               ("reason",), registry=r)
+        self.reroutes = Counter("tsdn_reroutes", "Reservations moved to another route", ("cause",), registry=r)
+        self.setup = Histogram("tsdn_reservation_setup_seconds",
+                               "Time from a reservation's creation to ACTIVE", buckets=SETUP_BUCKETS, registry=r)
+        self.throughput = Gauge("tsdn_throughput_bits_per_second",
+                                "Nominal bits/s delivered to DTNs (aggregate throughput)", registry=r)
+        for state in State:
+            self.reservations.labels(state.value).set(0)
+        self._refused_seen: dict[str, int] = {}
+        for reason in ("no_capacity", "failed_precondition"):
+            self.refused.labels(reason)
+        for cause in ("link", "congestion", "other"):
+            self.reroutes.labels(cause)
+
+    def observe_events(self, events: Iterable[Event]) -> None:
+        """Count reroutes and time setups from reservation events."""
+        for event in events:
+            cause = reroute_cause(event)
+            if cause is not None:
+                self.reroutes.labels(cause).inc()
+            if event.reservation.state is State.ACTIVE and event.previous is State.PROVISIONING:
+                self.setup.observe(max(0.0, event.time - event.reservation.created))
+
+    def set_links(self, loads: Mapping[str, DirectionLoad], up: Mapping[str, bool]) -> None:
+        """Set the link gauges from the loads of the switch-to-switch directions and link states."""
+        for load in loads.values():
+            if load.is_access:
+                continue
+            key = (load.link, load.src, load.dst)
+            self.link_capacity.labels(*key).set(load.capacity)
+            if load.measured_bps is None:
+                for gauge in (self.link_measured, self.link_nominal, self.link_ratio):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(*key)
+                continue
+            self.link_measured.labels(*key).set(load.measured_bps)
+            self.link_nominal.labels(*key).set(load.nominal_bps or 0.0)
+            self.link_ratio.labels(*key).set(load.fraction or 0.0)
+        for link, is_up in up.items():
+            self.link_up.labels(link).set(1 if is_up else 0)
+
+    def set_refusals(self, totals: Mapping[str, int]) -> None:
+        """Bring the refusal counters up to the core's totals (`ReservationBook.refusals`)."""
+        for reason, total in totals.items():
+            if total > self._refused_seen.get(reason, 0):
+                self.refused.labels(reason).inc(total - self._refused_seen.get(reason, 0))
+                self._refused_seen[reason] = total
+
+    def set_reservations(self, counts: Mapping[str, int]) -> None:
+        for state in State:
+            self.reservations.labels(state.value).set(counts.get(state.value, 0))
+
+    def exposition(self) -> bytes:
+        """The text format Prometheus scrapes."""
+        return generate_latest(self.registry)
