@@ -33,6 +33,7 @@ import grpc
 
 from dtn_agent.engines import EngineUnavailable, TransferJob, engine_named, engine_unavailable
 from dtn_agent.host import Nic
+from dtn_agent.pinning import NOT_PINNED_UNKNOWN_NODE, PinningPlan
 from dtn_agent.reports import RateReport, TransferResult
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as pb
@@ -67,11 +68,16 @@ class JobOptions:
     report_patience: float = REPORT_PATIENCE
 
 
-def pinning_cpus(nic: Nic | None) -> tuple[int, ...] | None:
-    """The CPUs to pin transfers to: the NIC's local CPUs when its NUMA node is known, else None."""
-    if nic is None or nic.numa_node is None or nic.numa_node < 0 or not nic.local_cpus:
-        return None
-    return tuple(nic.local_cpus)
+def pinning_for(nic: Nic | None) -> PinningPlan:
+    """Where transfers run: the data NIC's local CPUs on its NUMA node when sysfs knows the node;
+    otherwise nowhere in particular, with the reason (said in every report)."""
+    if nic is None:
+        return PinningPlan((), None, "no data NIC known: not pinned")
+    if nic.numa_node is None or nic.numa_node < 0:
+        return PinningPlan((), None, NOT_PINNED_UNKNOWN_NODE)
+    if not nic.local_cpus:
+        return PinningPlan((), None, f"NIC {nic.name} lists no local CPUs: not pinned")
+    return PinningPlan(tuple(nic.local_cpus), nic.numa_node)
 
 
 class _Reporter:
@@ -162,6 +168,9 @@ class _Reporter:
             except ApiError as error:
                 attempt += 1
                 wait = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (attempt - 1)) * random.uniform(0.75, 1.0)
+                if error.code is grpc.StatusCode.NOT_FOUND:  # the controller restarted and forgot it
+                    self.on_stop(f"the controller no longer knows {self.transfer}: {error.message}")
+                    return None
                 if not essential or error.code not in RETRYABLE or time.monotonic() + wait > deadline:
                     log.warning("%s: the controller did not take the %s report: %s", self.transfer, what, error)
                     return None
@@ -194,11 +203,16 @@ class _Side:
 class JobRunner:
     """Runs the transfer jobs the controller hands to the agent of `dtn`, and reports how they go."""
 
+    def _pinned(self) -> dict:
+        """The pinning fields of every TransferJob this runner makes."""
+        plan = self.pinning
+        return {"cpus": plan.cpus or None, "numa_node": plan.numa_node, "pin_note": plan.note}
+
     def __init__(self, client: TsdnClient, dtn: str, options: JobOptions | None = None) -> None:
         self.client = client
         self.dtn = dtn
         self.options = options or JobOptions()
-        self.cpus = pinning_cpus(self.options.data_nic)
+        self.pinning = pinning_for(self.options.data_nic)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._seen: OrderedDict[tuple[str, int], None] = OrderedDict()
@@ -341,10 +355,10 @@ class JobRunner:
         transfer_id = job.transfer.removeprefix("transfers/")
         if job.role == pb.RECEIVE:
             spec = TransferJob(transfer_id, self.options.listen, 0, streams=job.streams or 1, size=size,
-                               destination=destination, cpus=self.cpus, cancel=side.cancel)
+                               destination=destination, cancel=side.cancel, **self._pinned())
             return engine.receive(spec, side.reporter.rate, side.reporter.ready)
         spec = TransferJob(transfer_id, job.peer_host, job.peer_port, streams=job.streams or 1, size=size,
                            files=tuple(Path(f) for f in job.files), destination=destination,
-                           pacing_bps=job.pacing_bps if job.HasField("pacing_bps") else None, cpus=self.cpus,
-                           cancel=side.cancel)
+                           pacing_bps=job.pacing_bps if job.HasField("pacing_bps") else None,
+                           cancel=side.cancel, **self._pinned())
         return engine.send(spec, side.reporter.rate)

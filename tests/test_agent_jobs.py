@@ -23,7 +23,8 @@ import yaml
 
 from dtn_agent.agent import data_nic, facts_message, run_agent
 from dtn_agent.host import HostFacts, Nic
-from dtn_agent.jobs import JobOptions, JobRunner, pinning_cpus
+from dtn_agent.jobs import JobOptions, JobRunner, pinning_for
+from dtn_agent.pinning import NOT_PINNED_UNKNOWN_NODE, PinningPlan
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as bw_pb
@@ -213,11 +214,12 @@ def test_data_nic_is_the_named_one_or_the_fastest():
 
 
 def test_transfers_are_pinned_only_when_the_nic_numa_node_is_known():
-    assert pinning_cpus(_nic("ens1f0", 10**11, 1, [2, 3])) == (2, 3)
-    assert pinning_cpus(_nic("ens1f0", 10**11, None, [0, 1, 2, 3])) is None
-    assert pinning_cpus(_nic("ens1f0", 10**11, -1, [0, 1, 2, 3])) is None
-    assert pinning_cpus(None) is None
-    assert JobRunner(None, "dtn1", JobOptions(data_nic=_nic("x", None, 0, [5]))).cpus == (5,)  # type: ignore[arg-type]
+    assert pinning_for(_nic("ens1f0", 10**11, 1, [2, 3])) == PinningPlan((2, 3), 1)
+    assert pinning_for(_nic("ens1f0", 10**11, None, [0, 1, 2, 3])).note == NOT_PINNED_UNKNOWN_NODE
+    assert pinning_for(_nic("ens1f0", 10**11, -1, [0, 1, 2, 3])) == PinningPlan((), None, NOT_PINNED_UNKNOWN_NODE)
+    assert not pinning_for(None).pinned
+    runner = JobRunner(None, "dtn1", JobOptions(data_nic=_nic("x", None, 0, [5])))  # type: ignore[arg-type]
+    assert runner.pinning == PinningPlan((5,), 0)
 
 
 class _FlakyController:

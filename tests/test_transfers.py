@@ -663,3 +663,11 @@ def test_jobs_for_lists_the_pending_jobs_again(env):
     env.desk.finished(AGENT, SRC, transfer.name, JobRole.SEND, True, "", None, None)
     assert env.desk.jobs_for(AGENT, SRC) == []
     assert env.desk.get(RUCIO, transfer.name).state is TransferState.SUCCEEDED
+
+
+def test_a_restarted_controller_releases_the_paths_of_the_transfers_it_forgot(env):
+    transfer = running(env, env.desk.start(RUCIO, spec()))
+    restarted = TransferDesk(env.book, env.agents, env.clock)  # a new desk over the same book
+    released = reservation(env, transfer)
+    assert released.state is State.RELEASED and "controller restarted" in released.reason
+    assert restarted.list(NOC) == []

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from dtn_agent.pinning import PinningPlan
 from dtn_agent.reports import RateReport, TransferResult
 
 if TYPE_CHECKING:
@@ -61,8 +62,16 @@ class TransferJob:
     destination: Path | None = None  # receiver: the directory files land in
     pacing_bps: int | None = None  # all streams together; None: unpaced
     cpus: tuple[int, ...] | None = None  # pin the engine's threads to these CPUs; None: not pinned
+    numa_node: int | None = None  # the NUMA node of `cpus` (the data NIC's), for the memory policy
+    pin_note: str = ""  # why not pinned, or what to know about the pinning (said in every report)
     cancel: threading.Event | None = field(default=None, compare=False, hash=False, repr=False)
     """Set it to stop this side now: the engine returns ok=False, error "cancelled". None: not cancellable."""
+
+    def plan(self) -> PinningPlan:
+        """The pinning this job asks for (empty, with its note, when it names no CPUs)."""
+        if not self.cpus:
+            return PinningPlan((), None, self.pin_note or "not pinned: the job names no CPUs")
+        return PinningPlan(tuple(self.cpus), self.numa_node, self.pin_note)
 
     def check(self, side: str) -> None:
         """Raise ValueError naming what is wrong with this job for `side` ("send" or "receive")."""

@@ -134,9 +134,10 @@ class _Meter:
 
 
 def _pinning(job: TransferJob) -> Pinning:
-    if job.cpus is None:
-        return Pinning(note="not pinned: the job names no CPUs")
-    return Pinning(cpus=tuple(job.cpus), method="sched_setaffinity")
+    plan = job.plan()
+    if not plan.pinned:
+        return Pinning(note=plan.note)
+    return Pinning(cpus=plan.cpus, numa_node=plan.numa_node, method="sched_setaffinity", note=plan.note)
 
 
 def _pin(job: TransferJob) -> None:

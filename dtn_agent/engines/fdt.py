@@ -470,10 +470,6 @@ class FdtEngine:
         except FdtError as exc:
             raise EngineUnavailable(f"fdt: {exc}") from exc
 
-    @staticmethod
-    def _plan(cpus: tuple[int, ...] | None) -> PinningPlan | None:
-        return PinningPlan(tuple(cpus), None) if cpus else None
-
     def send(self, job: TransferJob, reports: ReportSink) -> TransferResult:
         """Send `job` (its files, or `size` bytes from /dev/zero) to the FDT server at `job.host`:`job.port`."""
         job.check("send")
@@ -511,7 +507,7 @@ class FdtEngine:
         argv = client_argv(fjob, jar, java)
         sent = () if job.size is not None else files
         return self.driver.run_argv(
-            job.transfer_id, argv, reports, job.cancel, self.timeout, self._plan(job.cpus), files=sent, enough=enough
+            job.transfer_id, argv, reports, job.cancel, self.timeout, job.plan(), files=sent, enough=enough
         )
 
     def receive(self, job: TransferJob, reports: ReportSink, ready: ReadyCallback | None = None) -> TransferResult:
@@ -531,5 +527,5 @@ class FdtEngine:
         tolerate = (lambda final: final.bytes_total > 0) if job.size is not None else None
         with announce_when_listening(job.host, port, ready):
             return self.driver.run_argv(
-                job.transfer_id, argv, reports, job.cancel, self.timeout, self._plan(job.cpus), tolerate_exit=tolerate
+                job.transfer_id, argv, reports, job.cancel, self.timeout, job.plan(), tolerate_exit=tolerate
             )

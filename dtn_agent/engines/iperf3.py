@@ -493,10 +493,6 @@ class Iperf3Engine:
             return f"iperf3: {self.binary!r} not found on PATH: install the iperf3 package"
         return None
 
-    @staticmethod
-    def _plan(cpus: tuple[int, ...] | None) -> PinningPlan | None:
-        return PinningPlan(tuple(cpus), None) if cpus else None
-
     def send(self, job: TransferJob, reports: Callable[[RateReport], None]) -> TransferResult:
         """Send `job.size` bytes to the iperf3 server at `job.host`:`job.port`."""
         job.check("send")
@@ -508,7 +504,7 @@ class Iperf3Engine:
         if job.pacing_bps:
             bitrate = str(max(1, job.pacing_bps // job.streams))
         ijob = Iperf3Job(job.transfer_id, job.host, port=job.port, streams=job.streams, bitrate=bitrate, bytes=job.size)
-        return self.driver.run(ijob, reports, job.cancel, timeout=self.timeout, plan=self._plan(job.cpus))
+        return self.driver.run(ijob, reports, job.cancel, timeout=self.timeout, plan=job.plan())
 
     def receive(
         self,
@@ -522,7 +518,7 @@ class Iperf3Engine:
             raise ValueError("iperf3 moves memory only: receive files with the builtin or fdt engine")
         port = job.port or free_port(job.host)
         argv = [*server_argv(port, one_off=True, bind=job.host, binary=self.binary), "--json"]
-        plan = self._plan(job.cpus)
+        plan = job.plan()
         pinned = wrap_command(argv, plan, localalloc=True) if plan else PinnedCommand(argv, Pinning(note="not pinned"))
         collected: list[str] = []
         try:

@@ -389,14 +389,10 @@ class RdmaEngine:
             rate_gbps=job.pacing_bps / 1e9 if job.pacing_bps else None,
         )
 
-    @staticmethod
-    def _plan(cpus: tuple[int, ...] | None) -> PinningPlan | None:
-        return PinningPlan(tuple(cpus), None) if cpus else None
-
     def send(self, job: TransferJob, reports: ReportSink) -> TransferResult:
         """Write `job.size` bytes to the ib_write_bw server at `job.host`:`job.port`."""
         rjob = self._rdma_job(job, "send")
-        return self.driver.run(rjob, reports, job.cancel, timeout=self.timeout, plan=self._plan(job.cpus))
+        return self.driver.run(rjob, reports, job.cancel, timeout=self.timeout, plan=job.plan())
 
     def receive(self, job: TransferJob, reports: ReportSink, ready: ReadyCallback | None = None) -> TransferResult:
         """Run the ib_write_bw server on `job.port` (0: a free port) and report the test it served.
@@ -408,5 +404,5 @@ class RdmaEngine:
         rjob = replace(rjob, port=port)
         with announce_when_listening(job.host, port, ready):
             return self.driver.run(
-                rjob, reports, job.cancel, timeout=self.timeout, plan=self._plan(job.cpus), server=True
+                rjob, reports, job.cancel, timeout=self.timeout, plan=job.plan(), server=True
             )

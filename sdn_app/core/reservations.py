@@ -649,12 +649,13 @@ class ReservationBook:
             self._retry_degraded(f"{old.name} shrank")
         return new
 
-    def release(self, principal: Principal, name: str) -> Reservation:
+    def release(self, principal: Principal, name: str, why: str = "") -> Reservation:
         """Release a reservation and its bandwidth; a final one is returned unchanged."""
         old = self._current(principal, name)
         if old.state.is_final:
             return old
-        new = replace(old, state=State.RELEASED, updated=self.clock.now(), reason=f"released by {principal.name}")
+        reason = f"released by {principal.name}" + (f": {why}" if why else "")
+        new = replace(old, state=State.RELEASED, updated=self.clock.now(), reason=reason)
         self.ledger.release(old.id, also=lambda db: _update(db, new))
         self._remember(new)
         self._record(old.state, new)

@@ -200,6 +200,17 @@ class TransferDesk:
     _events: list[TransferEvent | JobOffer] = field(default_factory=list, init=False)
     _random: random.Random = field(default_factory=lambda: random.Random(os.urandom(16)), init=False)
 
+    def __post_init__(self) -> None:
+        self._release_orphans()
+
+    def _release_orphans(self) -> None:
+        """Release the paths of transfers a controller restart forgot: their agents are told to
+        stop when they next report (the transfer is unknown), and the bandwidth is free again."""
+        for reservation in self.book.snapshot(Principal("tsdn", Role.ADMIN)):
+            if TRANSFER_LABEL in reservation.labels and not reservation.state.is_final:
+                self.book.release(Principal(reservation.owner, Role.SERVICE), reservation.name,
+                                  "its transfer was lost when the controller restarted")
+
     # -- services ------------------------------------------------------------------------
 
     def start(self, principal: Principal, spec: TransferSpec, request_id: str = "") -> Transfer:
