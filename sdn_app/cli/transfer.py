@@ -102,8 +102,8 @@ def run_transfer(args: argparse.Namespace, client) -> int:
                 continue
             if bar:
                 print("\r\033[K", end="", file=sys.stderr)
-            if event.reason != "snapshot" or event.previous_state != event.state:
-                print(f"{_state(event.state):9} {event.reason}", file=sys.stderr, flush=True)
+            reason = last.reason if event.reason == "snapshot" else event.reason
+            print(f"{_state(event.state):9} {reason}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         try:
             last = client.cancel_transfer(transfer.name)
