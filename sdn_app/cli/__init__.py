@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sdn_app.cli import agent, bench, controller, path, topo, transfer
+from sdn_app.cli import agent, bench, controller, demo, path, topo, transfer
 from sdn_app.cli.output import fail
 from sdn_app.core.errors import TsdnError
 
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.register(commands)
     agent.register(commands)
     transfer.register(commands)
+    demo.register(commands)
     return parser
 
 

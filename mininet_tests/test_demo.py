@@ -1,0 +1,47 @@
+"""`tsdn demo` end to end in Mininet: the smoke scenario passes through the real command (the
+controller process, Open vSwitch, agents in the hosts, the report), and a copy of it with an
+impossible expectation exits 1 naming that expectation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from sdn_app.demo.scenario import SCENARIO_DIR
+
+RUN_LIMIT = 240  # seconds for setup + timeline + teardown of the smoke scenario
+
+
+def demo(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sdn_app.cli", "demo", *args, "--no-http", "--plain"],
+                          capture_output=True, text=True, timeout=RUN_LIMIT)
+
+
+def test_the_smoke_scenario_passes_end_to_end(clean_mininet, tmp_path):
+    out = tmp_path / "report"
+    run = demo("smoke", "--out", str(out))
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    page = (out / "report.html").read_text()
+    for name in ("aggregate_rate", "resume_within", "never_overbooked", "reroutes_at_least", "timeline"):
+        assert f"PASS {name}:" in run.stdout
+        assert name in page
+    assert "FAILED" not in page
+    assert (out / "throughput.png").stat().st_size > 0 and (out / "aggregate.png").stat().st_size > 0
+    kinds = [yaml.safe_load(line)["kind"] for line in (out / "events.jsonl").read_text().splitlines()]
+    assert {"fail_link", "restore_link", "reroute"} <= set(kinds)
+
+
+def test_an_impossible_expectation_fails_with_exit_1_and_is_named(clean_mininet, tmp_path):
+    data = yaml.safe_load((SCENARIO_DIR / "smoke.yaml").read_text())
+    data["expectations"]["reroutes_at_least"] = 99
+    path = Path(tmp_path / "impossible.yaml")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "report"
+    run = demo(str(path), "--out", str(out))
+    assert run.returncode == 1, run.stdout[-6000:] + run.stderr[-3000:]
+    assert "FAIL reroutes_at_least: measured" in run.stdout and "expected >= 99 reroute(s)" in run.stdout
+    assert "PASS aggregate_rate:" in run.stdout
+    assert "reroutes_at_least" in (out / "report.html").read_text()

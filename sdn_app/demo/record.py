@@ -1,0 +1,122 @@
+"""What a demo run records: events, rate samples and booking samples. Pure data.
+
+Times are seconds from the start of the timeline (setup happens at negative times). Rates
+are nominal bit/s (the sender's rate divided by the emulation scale), as bookings are.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Event kinds drawn as vertical lines in the plots, and how.
+MARKED = {"fail_link": "failure", "restore_link": "restore", "congest_link": "congestion",
+          "clear_link": "clear", "reroute": "reroute"}
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened: a timeline action, a state change, a reroute, a refusal."""
+
+    time: float
+    kind: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"time": round(self.time, 3), "kind": self.kind, "details": self.details}
+
+    def describe(self) -> str:
+        """One line for people."""
+        d = self.details
+        if "message" in d:
+            return str(d["message"])
+        return ", ".join(f"{k}={v}" for k, v in d.items())
+
+
+@dataclass(frozen=True)
+class RateSample:
+    """One rate report of a transfer's sender."""
+
+    time: float
+    flow: str
+    nominal_bps: float
+    booked_bps: int
+    path: tuple[str, ...] = ()
+    state: str = "RUNNING"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["path"] = list(self.path)
+        data["time"] = round(self.time, 3)
+        return data
+
+
+@dataclass(frozen=True)
+class BookingSample:
+    """The controller's bookings at one instant: the fullest link direction and any overbooked."""
+
+    time: float
+    fullest: str
+    fullest_ratio: float  # booked / capacity of the fullest direction
+    overbooked: tuple[tuple[str, int, int], ...] = ()  # (direction, booked, capacity)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"time": round(self.time, 3), "fullest": self.fullest, "fullest_ratio": round(self.fullest_ratio, 4),
+                "overbooked": [list(o) for o in self.overbooked]}
+
+
+@dataclass
+class Flow:
+    """A transfer or reservation of the timeline as last seen."""
+
+    name: str
+    kind: str  # transfer or reservation
+    src: str
+    dst: str
+    booked_bps: int
+    state: str = "PENDING"
+    path: tuple[str, ...] = ()
+    nominal_bps: float | None = None
+    reason: str = ""
+    transfer: str = ""  # transfers/{id}
+    reservation: str = ""  # reservations/{id}
+
+
+@dataclass
+class Recording:
+    """Everything one run saw; appended to from several threads."""
+
+    scenario: str
+    events: list[Event] = field(default_factory=list)
+    rates: list[RateSample] = field(default_factory=list)
+    bookings: list[BookingSample] = field(default_factory=list)
+    flows: dict[str, Flow] = field(default_factory=dict)
+    links: dict[str, tuple[str, str]] = field(default_factory=dict)  # link label -> its two switches
+    ended: float = 0.0  # when the timeline stopped (seconds from its start)
+    interrupted: bool = False
+    error: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def event(self, time: float, kind: str, **details: Any) -> Event:
+        event = Event(time, kind, details)
+        with self._lock:
+            self.events.append(event)
+        return event
+
+    def rate(self, sample: RateSample) -> None:
+        with self._lock:
+            self.rates.append(sample)
+            flow = self.flows.get(sample.flow)
+            if flow is not None:
+                flow.nominal_bps = sample.nominal_bps
+                if sample.path:
+                    flow.path = sample.path
+
+    def booking(self, sample: BookingSample) -> None:
+        with self._lock:
+            self.bookings.append(sample)
+
+    def sorted_events(self) -> list[Event]:
+        with self._lock:
+            return sorted(self.events, key=lambda e: e.time)

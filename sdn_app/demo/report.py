@@ -1,0 +1,200 @@
+"""The report folder of a demo run: report.html, events.jsonl, samples.jsonl and PNG plots.
+
+    write_report(out_dir, scenario, recording, results)
+
+`throughput.png` has each transfer's nominal rate (solid) and booking (dashed) over time;
+`aggregate.png` the sum of the rates against the sum of the bookings. Failures, restores,
+congestion and reroutes are vertical lines on both. Pure apart from writing files; matplotlib
+runs with its Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sdn_app.demo.console import flow_rows
+from sdn_app.demo.expectations import Result
+from sdn_app.demo.record import MARKED, Recording
+from sdn_app.demo.scenario import Scenario
+
+LINE_STYLES = {"failure": ("tab:red", "-"), "restore": ("tab:green", "-"), "congestion": ("tab:orange", "--"),
+               "clear": ("tab:olive", "--"), "reroute": ("tab:purple", ":")}
+
+
+def write_jsonl(path: Path, rows: Sequence[dict]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for row in rows:
+            out.write(json.dumps(row, sort_keys=False, default=str) + "\n")
+
+
+def _mark_events(axes, recording: Recording) -> None:
+    seen: set[str] = set()
+    for event in recording.sorted_events():
+        what = MARKED.get(event.kind)
+        if what is None:
+            continue
+        color, style = LINE_STYLES[what]
+        axes.axvline(event.time, color=color, linestyle=style, linewidth=1.2, alpha=0.8,
+                     label=what if what not in seen else None)
+        seen.add(what)
+
+
+def _unit(recording: Recording) -> tuple[float, str]:
+    top = max([s.booked_bps for s in recording.rates] + [s.nominal_bps for s in recording.rates] + [1])
+    return (1e12, "Tbit/s") if top >= 1e12 else (1e9, "Gbit/s") if top >= 1e9 else (1e6, "Mbit/s")
+
+
+def plot_throughput(recording: Recording, path: Path) -> None:
+    """Per-transfer nominal rate and booking over time, events as vertical lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scale, unit = _unit(recording)
+    fig, axes = plt.subplots(figsize=(10, 4.5), dpi=100)
+    flows = sorted({s.flow for s in recording.rates})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, flow in enumerate(flows):
+        samples = [s for s in recording.rates if s.flow == flow]
+        color = colors[i % len(colors)]
+        axes.plot([s.time for s in samples], [s.nominal_bps / scale for s in samples], color=color, label=flow,
+                  marker=".", markersize=3, linewidth=1.4)
+        axes.step([s.time for s in samples], [s.booked_bps / scale for s in samples], where="post", color=color,
+                  linestyle="--", linewidth=0.8, alpha=0.7)
+    _mark_events(axes, recording)
+    axes.set_xlabel("time since the start of the timeline (s)")
+    axes.set_ylabel(f"nominal rate ({unit}); dashed: booked")
+    axes.set_title(f"{recording.scenario}: per-transfer throughput")
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def aggregate_series(recording: Recording) -> tuple[list[float], list[float], list[float]]:
+    """Per second: (time, sum of the transfers' rates, sum of their bookings), from each
+    transfer's last report in that second."""
+    bins: dict[int, dict[str, tuple[float, int]]] = {}
+    for sample in recording.rates:
+        bins.setdefault(math.floor(sample.time), {})[sample.flow] = (sample.nominal_bps, sample.booked_bps)
+    times = sorted(bins)
+    return ([t + 0.5 for t in times], [sum(v[0] for v in bins[t].values()) for t in times],
+            [sum(v[1] for v in bins[t].values()) for t in times])
+
+
+def plot_aggregate(recording: Recording, path: Path) -> None:
+    """Sum of the transfers' nominal rates against the sum of their bookings."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scale, unit = _unit(recording)
+    times, carried, booked = aggregate_series(recording)
+    fig, axes = plt.subplots(figsize=(10, 3.5), dpi=100)
+    axes.plot(times, [c / scale for c in carried], color="tab:blue", label="carried", linewidth=1.6)
+    axes.step(times, [b / scale for b in booked], where="mid", color="black", linestyle="--", linewidth=1,
+              label="booked")
+    _mark_events(axes, recording)
+    axes.set_xlabel("time since the start of the timeline (s)")
+    axes.set_ylabel(f"aggregate ({unit})")
+    axes.set_title(f"{recording.scenario}: aggregate throughput of the transfers")
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px;vertical-align:top}
+th{background:#f0f0f0}
+.pass{color:#176b1e;font-weight:bold}.fail{color:#b00020;font-weight:bold}
+.verdict{font-size:20px;padding:0.4em 0.8em;display:inline-block;border-radius:4px}
+.verdict.pass{background:#e3f5e5}.verdict.fail{background:#fde7ea}
+code{background:#f5f5f5;padding:0 3px}
+"""
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], raw_cols: frozenset[int] = frozenset()) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{c if i in raw_cols else html.escape(str(c))}</td>" for i, c in enumerate(row))
+        + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render_html(scenario: Scenario, recording: Recording, results: Sequence[Result], plots: Sequence[str],
+                started: float | None = None) -> str:
+    """The report page (self-contained apart from the PNGs next to it)."""
+    passed = all(r.passed for r in results)
+    verdict = "every expectation held" if passed else "some expectation failed: " + ", ".join(
+        r.name for r in results if not r.passed)
+    when = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if started else ""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>tsdn demo {html.escape(scenario.name)}</title><style>{CSS}</style></head><body>",
+        f"<h1>tsdn demo: {html.escape(scenario.name)}</h1>",
+        f"<p>{html.escape(scenario.description)}</p>",
+        f"<p>Topology <code>{html.escape(scenario.topology)}</code>, emulation scale "
+        f"{scenario.emulation_scale:g} (nominal rates shown; Mininet ran them x {scenario.emulation_scale:g}). "
+        f"Timeline of {scenario.end:g} s{', started ' + when if when else ''}; ran until {recording.ended:.1f} s"
+        f"{' (interrupted)' if recording.interrupted else ''}.</p>",
+        f"<p class='verdict {'pass' if passed else 'fail'}'>{'PASS' if passed else 'FAIL'}: {html.escape(verdict)}</p>",
+    ]
+    if recording.error:
+        parts.append(f"<p class='fail'>error: {html.escape(recording.error)}</p>")
+    parts.append("<h2>Expectations</h2>")
+    parts.append(_table(
+        ["expectation", "result", "expected", "measured", "detail"],
+        [(html.escape(r.name), f"<span class='{'pass' if r.passed else 'fail'}'>{'passed' if r.passed else 'FAILED'}"
+          "</span>", html.escape(r.expected), html.escape(r.measured), html.escape(r.detail)) for r in results],
+        raw_cols=frozenset({0, 1, 2, 3, 4})))
+    parts.append("<h2>Throughput</h2>")
+    parts.append("<p>Solid: each transfer's nominal rate (its sender's rate / the emulation scale); dashed: its "
+                 "booking. Vertical lines: red link failure, green restore, orange congestion, olive congestion "
+                 "cleared, purple dotted reroute.</p>")
+    for plot in plots:
+        parts.append(f"<p><img src='{html.escape(plot)}' alt='{html.escape(plot)}' style='max-width:100%'></p>")
+    parts.append("<h2>Final state</h2>")
+    parts.append(_table(["name", "kind", "DTNs", "state", "rate / booked", "path"], flow_rows(recording)))
+    parts.append("<h2>Timeline of events</h2>")
+    parts.append(_table(["time (s)", "kind", "details"],
+                        [(f"{e.time:.1f}", e.kind, e.describe()) for e in recording.sorted_events()]))
+    parts.append("<p>Raw data: <a href='events.jsonl'>events.jsonl</a> (one event per line), "
+                 "<a href='samples.jsonl'>samples.jsonl</a> (rate reports and booking samples).</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(out_dir: Path, scenario: Scenario, recording: Recording, results: Sequence[Result],
+                 started: float | None = None) -> Path:
+    """Write report.html, events.jsonl, samples.jsonl, throughput.png and aggregate.png; return report.html."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_jsonl(out_dir / "events.jsonl", [e.to_dict() for e in recording.sorted_events()])
+    write_jsonl(out_dir / "samples.jsonl", [{"type": "rate", **s.to_dict()} for s in recording.rates]
+                + [{"type": "booking", **s.to_dict()} for s in recording.bookings])
+    plots = []
+    for name, plot in (("throughput.png", plot_throughput), ("aggregate.png", plot_aggregate)):
+        plot(recording, out_dir / name)
+        plots.append(name)
+    report = out_dir / "report.html"
+    report.write_text(render_html(scenario, recording, results, plots, started), encoding="utf-8")
+    return report
+
+
+def summary(results: Sequence[Result]) -> str:
+    """The expectation lines people read at the end of a run."""
+    return "\n".join(r.line() for r in results)
+

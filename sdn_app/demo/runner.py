@@ -1,0 +1,642 @@
+"""Run a scenario in Mininet: controller process, network, agents, timeline, teardown.
+
+    runner = DemoRunner(loaded, out_dir, console)
+    code = runner.run()        # 0 every expectation held, 1 one failed, 3 setup failed, 130 interrupted
+
+Setup: a `tsdn controller` process (tokens for a service and one agent per DTN, the scenario's
+emulation scale, a unix socket the Mininet hosts reach, the live map if asked), the Mininet
+network of the topology pointed at it, and `tsdn agent run` in each agent's DTN host. The
+timeline then runs on its own clock; every second the runner samples the controller's bookings
+and redraws the console, while watch streams record every transfer's rate reports and every
+reservation's changes. At the end (or on Ctrl-C / SIGTERM) everything is torn down in reverse
+order and the report written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sdn_app.core.errors import FailedPrecondition
+from sdn_app.core.units import format_bandwidth
+from sdn_app.demo.console import Console
+from sdn_app.demo.expectations import evaluate
+from sdn_app.demo.record import BookingSample, Flow, RateSample, Recording
+from sdn_app.demo.report import summary, write_report
+from sdn_app.demo.scenario import (
+    ClearLinkAction,
+    CongestLinkAction,
+    FailLinkAction,
+    LoadedScenario,
+    ReleaseAction,
+    ReserveAction,
+    RestoreLinkAction,
+    TransferAction,
+    emulated_mbps,
+    transfer_bytes,
+)
+
+SETUP_DEADLINE = 45.0  # seconds for the controller, the switches and the agents each
+TICK = 0.1  # the timeline clock's resolution
+SAMPLE_EVERY = 1.0
+BOOTSTRAP_HINT = "run scripts/bootstrap.sh as root first (it installs Mininet and starts Open vSwitch)"
+EXIT_FAILED = 1
+EXIT_SETUP = 3
+EXIT_INTERRUPTED = 130
+SERVICE_TOKEN_PRINCIPAL = "demo"
+
+
+class SetupError(FailedPrecondition):
+    """The demo could not be set up; says what to do."""
+
+
+def check_machine() -> None:
+    """Root, Mininet and a running Open vSwitch, or a SetupError saying to bootstrap."""
+    if os.geteuid() != 0:
+        raise SetupError(f"tsdn demo needs root (Mininet): {BOOTSTRAP_HINT}, then run tsdn demo as root")
+    try:
+        import mininet  # noqa: F401
+    except ImportError:
+        raise SetupError(f"the mininet Python package is missing: {BOOTSTRAP_HINT}") from None
+    try:
+        probe = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True, timeout=15)
+        running = probe.returncode == 0
+    except FileNotFoundError:
+        raise SetupError(f"Open vSwitch is not installed: {BOOTSTRAP_HINT}") from None
+    except subprocess.TimeoutExpired:
+        running = False
+    if not running:
+        raise SetupError(f"Open vSwitch is not running: {BOOTSTRAP_HINT}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def port_is_free(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError:
+            return False
+    return True
+
+
+def tsdn_command() -> list[str]:
+    """How to run the `tsdn` CLI of this very installation (also inside Mininet hosts)."""
+    return [sys.executable, "-m", "sdn_app.cli"]
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class DemoRunner:
+    """One run of one scenario."""
+
+    def __init__(self, loaded: LoadedScenario, out_dir: Path, console: Console, http: str | None = "127.0.0.1:8080"):
+        self.loaded = loaded
+        self.scenario = loaded.scenario
+        self.topology = loaded.topology
+        self.out_dir = out_dir
+        self.console = console
+        self.http = http
+        self.recording = Recording(self.scenario.name)
+        self.recording.links = {link.label: (link.a, link.b) for link in self.topology.spec.links}
+        for link in self.topology.spec.links:
+            self.recording.links[link.label] = (link.a, link.b)
+        self.t0: float | None = None
+        self._setup_start = time.time()
+        self._stack = contextlib.ExitStack()
+        self._workdir: Path | None = None
+        self._controller: subprocess.Popen | None = None
+        self._agents: dict[str, subprocess.Popen] = {}
+        self._net = None
+        self._client = None
+        self._raw: queue.Queue = queue.Queue()  # (kind, payload) from the watch threads
+        self._reservation_paths: dict[str, tuple[str, ...]] = {}
+        self._reservation_states: dict[str, int] = {}
+        self._by_reservation: dict[str, str] = {}  # reservation id -> flow name
+        self._by_transfer: dict[str, str] = {}  # transfer id -> flow name
+        self._link_state: dict[str, str] = {}
+        self.map_url: str | None = None
+
+    # -- time and events -----------------------------------------------------------------
+
+    def now(self) -> float:
+        """Seconds since the timeline started (negative during setup)."""
+        return time.time() - (self.t0 if self.t0 is not None else self._setup_start)
+
+    def rel(self, epoch: float) -> float:
+        return epoch - (self.t0 if self.t0 is not None else self._setup_start)
+
+    def event(self, kind: str, message: str, **details: Any) -> None:
+        # During setup: epoch times, made relative to the timeline start once it is known.
+        self.recording.event(self.now() if self.t0 is not None else time.time(), kind, message=message, **details)
+
+    # -- the whole run -------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Set up, run the timeline, tear down, write the report; return the exit code."""
+        previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        code = 0
+        started = time.time()
+        try:
+            try:
+                self.setup()
+                self.timeline()
+            except (KeyboardInterrupt, _Interrupted):
+                self.recording.interrupted = True
+                self.recording.ended = self.now() if self.t0 is not None else 0.0
+                self.console.say("\ninterrupted: cleaning up")
+                code = EXIT_INTERRUPTED
+            except SetupError as error:
+                self.recording.error = f"setup failed: {error}"
+                self.console.say(f"tsdn demo: setup failed: {error}")
+                code = EXIT_SETUP
+            except Exception as error:  # report what ran, whatever broke
+                self.recording.error = f"{type(error).__name__}: {error}"
+                self.console.say(f"tsdn demo: error: {error}")
+                code = EXIT_SETUP if self.t0 is None else EXIT_FAILED
+        finally:
+            self._ignore_signals()
+            try:
+                self.teardown()
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+        self._fix_setup_times()
+        self.console.finish(self.recording)
+        results = evaluate(self.scenario, self.recording)
+        report = write_report(self.out_dir, self.scenario, self.recording, results, self.t0 or started)
+        self.console.say("\n" + summary(results))
+        self.console.say(f"\nreport: {report}")
+        if code:
+            return code
+        return 0 if all(r.passed for r in results) else EXIT_FAILED
+
+    def _on_sigterm(self, *_: object) -> None:
+        raise _Interrupted()
+
+    def _ignore_signals(self) -> None:
+        """During teardown, a second Ctrl-C must not leave Mininet half removed."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def _fix_setup_times(self) -> None:
+        """Setup events were stamped with epoch times; make them relative to the timeline start."""
+        origin = self.t0 if self.t0 is not None else self._setup_start
+        with self.recording._lock:
+            self.recording.events = [
+                type(e)(e.time - origin, e.kind, e.details) if e.time > 1e9 else e for e in self.recording.events]
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        check_machine()
+        from mininet.log import setLogLevel
+
+        from northbound.client import TsdnClient
+        from topologies.mininet_builder import start_network
+
+        setLogLevel("critical")  # TCLink's HTB quantum warnings are noise here
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._workdir = Path(tempfile.mkdtemp(prefix="tsdn-demo-"))
+        self._stack.callback(shutil.rmtree, self._workdir, True)
+        tokens = self._write_tokens()
+        address = self._start_controller(tokens)
+        self._client = TsdnClient(address, token=(self._workdir / "service.token").read_text(), timeout=15)
+        self._stack.callback(self._client.close)
+        self.console.say(f"controller: gRPC {address}, OpenFlow 127.0.0.1:{self._openflow_port}"
+                         + (f", live map {self.map_url}" if self.map_url else ""))
+        began = time.monotonic()
+        self._net = self._stack.enter_context(start_network(
+            self.topology, scale=self.scenario.emulation_scale, controller=("127.0.0.1", self._openflow_port)))
+        self.event("setup", f"Mininet: {len(self.topology.switches)} switches, {len(self.topology.dtns)} DTN hosts "
+                            f"at scale {self.scenario.emulation_scale:g} ({time.monotonic() - began:.1f} s)")
+        self.console.say(self.recording.events[-1].details["message"])
+        self._wait(self._switches_connected, "every switch to connect to the controller")
+        self.event("setup", "every switch connected")
+        for dtn in self.scenario.agents:
+            self._start_agent(dtn)
+        self._wait(self._agents_online, "every agent to register")
+        self.event("setup", f"{len(self.scenario.agents)} agent(s) online: {', '.join(self.scenario.agents)}")
+        self.console.say(self.recording.events[-1].details["message"])
+        threading.Thread(target=self._watch_reservations, daemon=True).start()
+
+    def _write_tokens(self) -> Path:
+        assert self._workdir is not None
+        service = os.urandom(16).hex()
+        entries = [{"principal": SERVICE_TOKEN_PRINCIPAL, "role": "service", "token": service}]
+        for dtn in self.scenario.agents:
+            token = f"agent-{dtn}-{os.urandom(8).hex()}"
+            entries.append({"principal": f"agent-{dtn}", "role": "agent", "token": token, "dtn": dtn})
+            path = self._workdir / f"agent-{dtn}.token"
+            path.write_text(token)
+            path.chmod(0o600)
+        (self._workdir / "service.token").write_text(service)
+        tokens = self._workdir / "tokens.yaml"
+        tokens.write_text(yaml.safe_dump({"tokens": entries}))
+        tokens.chmod(0o600)
+        return tokens
+
+    def _start_controller(self, tokens: Path) -> str:
+        assert self._workdir is not None
+        self._openflow_port = free_port()
+        self._socket = f"unix:{self._workdir / 'grpc.sock'}"
+        http: list[str] = ["--no-http"]
+        if self.http and port_is_free(self.http):
+            http = ["--listen-http", self.http]
+        elif self.http:
+            self.console.say(f"note: {self.http} is busy: no live map this run (--http to pick another address)")
+        command = [*tsdn_command(), "controller", "--topology", str(self.loaded.topology_path),
+                   "--listen-grpc", "127.0.0.1:0", "--state", str(self._workdir / "tsdn.db"), "--tokens", str(tokens),
+                   "--listen-openflow", f"127.0.0.1:{self._openflow_port}",
+                   "--emulation-scale", repr(self.scenario.emulation_scale), "--also-listen", self._socket, *http]
+        log = (self.out_dir / "controller.log").open("w", encoding="utf-8")
+        self._stack.callback(log.close)
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+        self._controller = process
+        self._stack.callback(self._stop_process, process, "controller")
+        lines: queue.Queue = queue.Queue()
+
+        def read() -> None:
+            assert process.stderr is not None
+            for line in process.stderr:
+                log.write(line)
+                log.flush()
+                lines.put(line)
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + SETUP_DEADLINE
+        address = None
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                if process.poll() is not None:
+                    raise SetupError(f"the controller exited with code {process.returncode}; see "
+                                     f"{self.out_dir / 'controller.log'}") from None
+                if address is not None:
+                    break
+                continue
+            if line.startswith("tsdn live map on "):
+                self.map_url = line.rsplit(" ", 1)[1].strip()
+                break
+            if line.startswith("tsdn controller listening on "):
+                address = line.rsplit(" ", 1)[1].strip()
+                if "--no-http" in http:
+                    break
+        if address is None:
+            raise SetupError(f"the controller did not start within {SETUP_DEADLINE:g} s; see "
+                             f"{self.out_dir / 'controller.log'}")
+        self.event("setup", f"controller started (gRPC {address})" + (f", live map {self.map_url}"
+                                                                         if self.map_url else ""))
+        return address
+
+    def _start_agent(self, dtn: str) -> None:
+        assert self._net is not None and self._workdir is not None
+        logs = self.out_dir / "agents"
+        logs.mkdir(exist_ok=True)
+        log = (logs / f"{dtn}.log").open("w", encoding="utf-8")
+        self._stack.callback(log.close)
+        process = self._net.host(dtn).popen(
+            [*tsdn_command(), "agent", "run", "--controller", self._socket, "--name", dtn,
+             "--token-file", str(self._workdir / f"agent-{dtn}.token"), "--heartbeat-interval", "1"],
+            stdout=log, stderr=subprocess.STDOUT, text=True)
+        self._agents[dtn] = process
+        self._stack.callback(self._stop_process, process, f"agent of {dtn}")
+
+    def _stop_process(self, process: subprocess.Popen, what: str) -> None:
+        if process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+    def _wait(self, condition, what: str, timeout: float = SETUP_DEADLINE) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self._controller is not None and self._controller.poll() is not None:
+                raise SetupError(f"the controller exited (code {self._controller.returncode}) while waiting for "
+                                 f"{what}; see {self.out_dir / 'controller.log'}")
+            if time.monotonic() > deadline:
+                raise SetupError(f"timed out after {timeout:g} s waiting for {what}; logs in {self.out_dir}")
+            time.sleep(0.2)  # polling interval of a condition with a deadline
+
+    def _switches_connected(self) -> bool:
+        status = self._client.get_topology_status()
+        return bool(status.switches) and all(s.connected for s in status.switches)
+
+    def _agents_online(self) -> bool:
+        from northbound.proto.tsdn.v1 import agent_pb2
+
+        for dtn, process in self._agents.items():
+            if process.poll() is not None:
+                raise SetupError(f"the agent of {dtn} exited with code {process.returncode}; see "
+                                 f"{self.out_dir / 'agents' / (dtn + '.log')}")
+        online = {a.dtn for a in self._client.list_agents() if a.state == agent_pb2.ONLINE}
+        return online >= set(self.scenario.agents)
+
+    # -- watching ------------------------------------------------------------------------
+
+    def _watch_reservations(self) -> None:
+        from northbound.client import ApiError
+
+        with contextlib.suppress(ApiError, ValueError):
+            for event in self._client.watch(include_existing=True):
+                self._raw.put(("reservation", event))
+
+    def _watch_transfer(self, name: str, transfer: str) -> None:
+        from northbound.client import ApiError
+
+        with contextlib.suppress(ApiError, ValueError):
+            for event in self._client.watch_transfer(transfer):
+                self._raw.put(("transfer", (name, event)))
+
+    def _drain(self) -> None:
+        """Turn what the watch threads saw into the recording (names resolved now)."""
+        from northbound.proto.tsdn.v1 import bandwidth_pb2, transfer_pb2
+
+        while True:
+            try:
+                kind, payload = self._raw.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "transfer":
+                name, event = payload
+                transfer = event.transfer
+                flow = self.recording.flows.get(name)
+                at = self._stamp(event)
+                state = transfer_pb2.TransferState.Name(transfer.state).removeprefix("TRANSFER_")
+                if event.reason == "rate" and event.previous_state == event.state:
+                    self.recording.rate(RateSample(at, name, transfer.nominal_bps, transfer.bandwidth_bps,
+                                                   tuple(transfer.path), state))
+                    continue
+                if flow is not None:
+                    flow.state, flow.reason = state, transfer.reason
+                    if transfer.path:
+                        flow.path = tuple(transfer.path)
+                if event.previous_state != event.state or event.reason:
+                    self.recording.event(at, "transfer", message=f"{name}: {state}: {event.reason}", flow=name,
+                                         state=state)
+            else:
+                reservation = payload.reservation
+                name = self._by_reservation.get(reservation.id) or self._by_transfer.get(
+                    reservation.labels.get("tsdn/transfer", "")) or f"reservation {reservation.id[:8]}"
+                at = self._stamp(payload)
+                state = bandwidth_pb2.ReservationState.Name(reservation.state)
+                path = tuple(reservation.path.route[1:-1]) if reservation.path.route else ()
+                flow = self.recording.flows.get(name)
+                if flow is not None:
+                    if flow.kind == "reservation":
+                        flow.state, flow.reason = state, reservation.state_reason
+                    if path:
+                        flow.path = path
+                previous_path = self._reservation_paths.get(reservation.id)
+                if path:
+                    self._reservation_paths[reservation.id] = path
+                if previous_path and path and path != previous_path:
+                    self.recording.event(at, "reroute", message=f"{name}: {' '.join(previous_path)} -> "
+                                         f"{' '.join(path)} ({payload.reason})", flow=name,
+                                         old=list(previous_path), new=list(path), reason=payload.reason)
+                if self._reservation_states.get(reservation.id) != reservation.state:
+                    self._reservation_states[reservation.id] = reservation.state
+                    self.recording.event(at, "reservation", message=f"{name}: {state}: {payload.reason}", flow=name,
+                                         state=state)
+
+    def _stamp(self, event) -> float:
+        """An event's time on the timeline clock (snapshots carry none: now)."""
+        micros = event.time.ToMicroseconds() if event.HasField("time") else 0
+        return self.rel(micros / 1e6) if micros > 0 else self.now()
+
+    def _sample_bookings(self) -> None:
+        topology = self._client.get_topology()
+        at = self.rel(topology.time.ToMicroseconds() / 1e6) if topology.HasField("time") else self.now()
+        directions = []
+        for link in topology.links:
+            directions += [link.a_to_b, link.b_to_a]
+        for dtn in topology.dtns:
+            directions += [dtn.uplink, dtn.downlink]
+        directions = [d for d in directions if d.capacity_bps]
+        if not directions:
+            return
+        fullest = max(directions, key=lambda d: d.booked_bps / d.capacity_bps)
+        over = tuple((d.id, d.booked_bps, d.capacity_bps) for d in directions if d.booked_bps > d.capacity_bps)
+        self.recording.booking(BookingSample(at, fullest.id, fullest.booked_bps / fullest.capacity_bps, over))
+
+    # -- the timeline --------------------------------------------------------------------
+
+    def timeline(self) -> None:
+        self.t0 = time.time()
+        self._fix_setup_times()  # setup events now at negative times
+        actions = self.scenario.ordered()
+        end = self.scenario.end
+        next_sample = 0.0
+        self.console.say(f"timeline: {len(actions)} action(s) over {end:g} s")
+        while True:
+            now = self.now()
+            while actions and actions[0][1].at <= now:
+                index, action = actions.pop(0)
+                self._perform(index, action)
+            self._drain()
+            if now >= next_sample:
+                next_sample += SAMPLE_EVERY
+                with contextlib.suppress(Exception):
+                    self._sample_bookings()
+                self.console.update(self.recording, now, end, self.map_url or "", self._links_line())
+            if now >= end and not actions:
+                break
+            time.sleep(TICK)  # the timeline's own clock
+        self.recording.ended = self.now()
+        self._finish_flows()
+
+    def _links_line(self) -> str:
+        if not self._link_state:
+            return ""
+        return "links: " + ", ".join(f"{link} {state}" for link, state in sorted(self._link_state.items()))
+
+    def _perform(self, index: int, action) -> None:
+        from northbound.client import ApiError
+
+        what = action.action
+        name = getattr(action, "name", "") or getattr(action, "link", "")
+        try:
+            message = getattr(self, f"_do_{what}")(action)
+        except ApiError as error:
+            self.recording.event(self.now(), "refused", message=f"{what} {name}: {error.message}", action=what,
+                                 name=name, timeline=index, code=error.code.name)
+            if isinstance(action, TransferAction | ReserveAction):
+                self.recording.flows[action.name].state = "REFUSED"
+                self.recording.flows[action.name].reason = error.message
+            return
+        except (subprocess.SubprocessError, OSError, RuntimeError) as error:
+            self.recording.event(self.now(), "refused", message=f"{what} {name}: {error}", action=what, name=name,
+                                 timeline=index)
+            return
+        details: dict[str, Any] = {"timeline": index, "message": message}
+        if hasattr(action, "link"):
+            details["link"] = action.link
+            details["ends"] = list(self.recording.links[action.link])
+        if hasattr(action, "name"):
+            details["name"] = action.name
+        self.recording.event(self.now(), what, **details)
+
+    def _do_transfer(self, action: TransferAction) -> str:
+        flow = Flow(action.name, "transfer", action.src, action.dst, action.bandwidth, state="REQUESTED")
+        self.recording.flows[action.name] = flow
+        size = transfer_bytes(action, self.scenario.emulation_scale, self.scenario.end - action.at)
+        transfer = self._client.start_transfer(action.src, action.dst, action.bandwidth, size=size,
+                                               streams=action.streams, engine=action.engine, policy=action.policy)
+        flow.transfer = transfer.name
+        flow.reservation = transfer.reservation
+        flow.state = "RESERVING"
+        transfer_id = transfer.name.removeprefix("transfers/")
+        self._by_transfer[transfer_id] = action.name
+        self._by_reservation[transfer.reservation.removeprefix("reservations/")] = action.name
+        threading.Thread(target=self._watch_transfer, args=(action.name, transfer.name), daemon=True).start()
+        return (f"transfer {action.name}: {action.src} -> {action.dst} {format_bandwidth(action.bandwidth)} "
+                f"{action.policy}, {action.streams} stream(s), {action.engine}")
+
+    def _do_reserve(self, action: ReserveAction) -> str:
+        flow = Flow(action.name, "reservation", action.src, action.dst, action.bandwidth, state="REQUESTED")
+        self.recording.flows[action.name] = flow
+        reservation = self._client.create_reservation(action.src, action.dst, action.bandwidth,
+                                                      policy=action.policy, protect=action.protect,
+                                                      labels={"tsdn/demo": action.name})
+        flow.reservation = reservation.name
+        self._by_reservation[reservation.id] = action.name
+        flow.state = bandwidth_state(reservation.state)
+        if reservation.path.route:
+            flow.path = tuple(reservation.path.route[1:-1])
+        return f"reserve {action.name}: {action.src} -> {action.dst} {format_bandwidth(action.bandwidth)}"
+
+    def _do_release(self, action: ReleaseAction) -> str:
+        flow = self.recording.flows.get(action.name)
+        if flow is None or flow.state == "REFUSED":
+            return f"release {action.name}: nothing to release"
+        if flow.kind == "transfer":
+            result = self._client.cancel_transfer(flow.transfer)
+            from northbound.proto.tsdn.v1 import transfer_pb2
+
+            flow.state = transfer_pb2.TransferState.Name(result.state).removeprefix("TRANSFER_")
+        else:
+            result = self._client.delete_reservation(flow.reservation)
+            flow.state = bandwidth_state(result.state)
+        return f"release {action.name}"
+
+    def _link(self, label: str):
+        link = next(spec for spec in self.topology.spec.links if spec.label == label)
+        a, b = self._net.switch(link.a), self._net.switch(link.b)
+        intf_a = self._net.switch_intf(link.a, link.a_port)
+        for candidate in self._net.mn.linksBetween(a, b):
+            if intf_a in (candidate.intf1.name, candidate.intf2.name):
+                return link, candidate
+        raise RuntimeError(f"link {label}: not found in the Mininet network")
+
+    def _do_fail_link(self, action: FailLinkAction) -> str:
+        _, mn_link = self._link(action.link)
+        mn_link.intf1.ifconfig("down")
+        mn_link.intf2.ifconfig("down")
+        self._link_state[action.link] = "DOWN"
+        return f"link {action.link} cut"
+
+    def _do_restore_link(self, action: RestoreLinkAction) -> str:
+        _, mn_link = self._link(action.link)
+        mn_link.intf1.ifconfig("up")
+        mn_link.intf2.ifconfig("up")
+        self._link_state.pop(action.link, None)
+        return f"link {action.link} repaired"
+
+    def _shape(self, label: str, side: str | None, rate_for) -> list[str]:
+        self._link(label)  # raises when the network lacks it
+        done = []
+        for direction in self.topology.link_directions[label]:
+            if side is not None and direction.src != side:
+                continue
+            intf_name = self._net.switch_intf(direction.src, direction.src_port)
+            mbps = rate_for(direction)
+            subprocess.run(["tc", "class", "change", "dev", intf_name, "parent", "5:0", "classid", "5:1", "htb",
+                            "rate", f"{mbps:.6f}Mbit", "burst", "15k"], check=True, capture_output=True, timeout=10)
+            nominal = format_bandwidth(int(mbps * 1e6 / self.scenario.emulation_scale))
+            done.append(f"{direction.src}->{direction.dst} {nominal} ({mbps:g} Mbit/s emulated)")
+        return done
+
+    def _do_congest_link(self, action: CongestLinkAction) -> str:
+        scale = self.scenario.emulation_scale
+
+        def rate(direction) -> float:
+            left = action.rate if action.rate is not None else int(direction.capacity * (action.fraction or 1))
+            return emulated_mbps(left, scale)
+
+        done = self._shape(action.link, action.from_, rate)
+        self._link_state[action.link] = "CONGESTED"
+        return f"link {action.link} congested: {', '.join(done)} left"
+
+    def _do_clear_link(self, action: ClearLinkAction) -> str:
+        scale = self.scenario.emulation_scale
+        done = self._shape(action.link, action.from_, lambda d: emulated_mbps(d.capacity, scale))
+        self._link_state.pop(action.link, None)
+        return f"link {action.link} clear: {', '.join(done)}"
+
+    def _finish_flows(self) -> None:
+        """End of the timeline: cancel transfers and release reservations still live."""
+        from northbound.client import ApiError
+
+        live = [f for f in self.recording.flows.values()
+                if f.state not in ("CANCELLED", "SUCCEEDED", "FAILED", "RELEASED", "EXPIRED", "REFUSED")]
+        for flow in live:
+            with contextlib.suppress(ApiError):
+                if flow.kind == "transfer" and flow.transfer:
+                    self._client.cancel_transfer(flow.transfer)
+                    flow.state = "CANCELLED"
+                elif flow.reservation:
+                    self._client.delete_reservation(flow.reservation)
+                    flow.state = "RELEASED"
+                self.recording.event(self.now(), "release", message=f"end of the timeline: {flow.name} released",
+                                     name=flow.name)
+        self._drain()
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        if self.t0 is not None and self._client is not None:
+            with contextlib.suppress(Exception):
+                self._drain()
+            if self.recording.interrupted:
+                with contextlib.suppress(Exception):
+                    self._finish_flows()
+        # Agents first (their hosts vanish with Mininet), then Mininet, then the controller:
+        # the ExitStack unwinds in reverse order of setup.
+        for dtn, process in list(self._agents.items()):
+            self._stop_process(process, f"agent of {dtn}")
+        began = time.monotonic()
+        self._stack.close()
+        if self._net is not None:
+            self.console.say(f"teardown: agents, Mininet and the controller stopped ({time.monotonic() - began:.1f} s)")
+
+
+def bandwidth_state(state: int) -> str:
+    from northbound.proto.tsdn.v1 import bandwidth_pb2
+
+    return bandwidth_pb2.ReservationState.Name(state)
