@@ -39,6 +39,7 @@ from dtn_agent.engines.builtin_protocol import (
     JobHeader,
     MessageType,
     ProtocolError,
+    TcpInfo,
     chunk_count,
     encode,
     field,
@@ -67,8 +68,9 @@ class _Meter:
     """Per-stream byte counters, and a thread that turns them into a RateReport every interval."""
 
     def __init__(self, transfer_id: str, streams: int, reports: ReportSink, pinning: Pinning,
-                 interval: float) -> None:
+                 interval: float, sending: bool) -> None:
         self.transfer_id = transfer_id
+        self.sending = sending  # interval rates from the bytes the peer acked, else the bytes received
         self.counts = [0] * streams
         self.sockets: list[socket.socket | None] = [None] * streams
         self.reports = reports
@@ -90,33 +92,51 @@ class _Meter:
         self._cpu_started = self._cpu()
         self._thread.start()
 
+    def _kernel_counts(self, infos: list[TcpInfo]) -> list[int] | None:
+        """Per stream, the bytes the kernel counted (acked when sending, received when receiving):
+        smooth at any rate, where the engine's own counters step a buffer at a time."""
+        counts = [info.bytes_acked if self.sending else info.bytes_received for info in infos]
+        return None if any(c is None for c in counts) else counts  # type: ignore[return-value]
+
+    def _infos(self) -> list[TcpInfo]:
+        return [tcp_info(sock) if sock is not None and sock.fileno() >= 0 else TcpInfo() for sock in self.sockets]
+
     def _loop(self) -> None:
         previous = [0] * len(self.counts)
+        previous_kernel = self._kernel_counts(self._infos())
         last, last_cpu = self.started, self._cpu_started
         deadline = self.started + self.interval
         while not self._stop.wait(max(0.0, deadline - time.monotonic())):
             now, cpu = time.monotonic(), self._cpu()
             counts = list(self.counts)
-            self.reports(self._report(last, now, previous, counts, cpu - last_cpu, final=False))
-            previous, last, last_cpu = counts, now, cpu
+            infos = self._infos()
+            kernel = self._kernel_counts(infos)
+            rates = ([(k - p) for k, p in zip(kernel, previous_kernel, strict=True)]
+                     if kernel is not None and previous_kernel is not None else None)
+            self.reports(self._report(last, now, previous, counts, cpu - last_cpu, final=False, infos=infos,
+                                      moved=rates))
+            previous, last, last_cpu, previous_kernel = counts, now, cpu, kernel
             deadline += self.interval
             if deadline < now:  # fell behind (a stalled machine): skip the missed intervals
                 deadline = now + self.interval
 
     def _report(self, start: float, end: float, previous: list[int], counts: list[int], cpu: float,
-                final: bool) -> RateReport:
+                final: bool, infos: list[TcpInfo] | None = None, moved: list[int] | None = None) -> RateReport:
+        """The report of start..end; `moved`: bytes per stream in it as the kernel counted them
+        (default: the engine's own counters)."""
         span = max(end - start, 1e-9)
+        infos = infos if infos is not None else self._infos()
+        moved = moved if moved is not None else [c - p for c, p in zip(counts, previous, strict=True)]
         rates = []
         for index, count in enumerate(counts):
-            sock = self.sockets[index]
-            retrans, rtt = tcp_info(sock) if sock is not None and sock.fileno() >= 0 else (None, None)
-            rates.append(StreamRate(stream=index, bits_per_second=(count - previous[index]) * 8 / span,
-                                    bytes_total=count, retransmits=retrans, rtt_ms=rtt))
+            info = infos[index]
+            rates.append(StreamRate(stream=index, bits_per_second=moved[index] * 8 / span,
+                                    bytes_total=count, retransmits=info.retransmits, rtt_ms=info.rtt_ms))
         known_retrans = [r.retransmits for r in rates if r.retransmits is not None]
         known_rtt = [r.rtt_ms for r in rates if r.rtt_ms is not None]
         return RateReport(
             transfer_id=self.transfer_id, engine="builtin", start=start - self.started, end=end - self.started,
-            bits_per_second=(sum(counts) - sum(previous)) * 8 / span, bytes_total=sum(counts),
+            bits_per_second=sum(moved) * 8 / span, bytes_total=sum(counts),
             streams=tuple(rates), retransmits=sum(known_retrans) if known_retrans else None,
             rtt_ms=sum(known_rtt) / len(known_rtt) if known_rtt else None,
             cpu_percent=round(cpu / span * 100, 1), pinning=self.pinning, final=final)
@@ -262,7 +282,7 @@ class BuiltinEngine:
         entries = tuple(FileEntry(name, path.stat().st_size) for path, name in files)
         header = JobHeader(job.transfer_id, job.streams, "files" if files else "memory",
                            sum(e.size for e in entries) if files else int(job.size or 0), self.chunk_size, entries)
-        meter = _Meter(job.transfer_id, job.streams, reports, _pinning(job), self.report_interval)
+        meter = _Meter(job.transfer_id, job.streams, reports, _pinning(job), self.report_interval, sending=True)
         sockets: list[socket.socket | None] = [None] * job.streams
         control: socket.socket | None = None
         cancel = _Cancel(job.cancel)
@@ -447,7 +467,7 @@ class BuiltinEngine:
         listener = socket.create_server((job.host, job.port), backlog=job.streams + 4)
         cancel = _Cancel(job.cancel)
         cancel.add(listener)
-        meter = _Meter(job.transfer_id, job.streams, reports, _pinning(job), self.report_interval)
+        meter = _Meter(job.transfer_id, job.streams, reports, _pinning(job), self.report_interval, sending=False)
         sockets: list[socket.socket | None] = []
         control: socket.socket | None = None
         partials: list[PartialFile] = []
@@ -467,7 +487,8 @@ class BuiltinEngine:
                 with contextlib.suppress(OSError):
                     control.sendall(encode(MessageType.ERROR, {"error": str(error)}))
                 raise
-            meter = _Meter(header.transfer_id, header.streams, reports, _pinning(job), self.report_interval)
+            meter = _Meter(header.transfer_id, header.streams, reports, _pinning(job), self.report_interval,
+                           sending=False)
             if header.mode == "files":
                 assert job.destination is not None
                 partials = [PartialFile.prepare(job.destination, e, header.chunk_size) for e in header.files]

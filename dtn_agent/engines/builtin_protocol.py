@@ -219,21 +219,36 @@ def file_adler32(chunk_sums: list[int], size: int, chunk_size: int) -> int:
 
 
 TCP_INFO_RTT = 68  # struct tcp_info: __u32 tcpi_rtt (microseconds)
-TCP_INFO_TOTAL_RETRANS = 100  # struct tcp_info: __u32 tcpi_total_retrans
-TCP_INFO_SIZE = 104
+TCP_INFO_TOTAL_RETRANS = 100  # __u32 tcpi_total_retrans
+TCP_INFO_BYTES_ACKED = 120  # __u64 tcpi_bytes_acked (Linux 4.1+)
+TCP_INFO_BYTES_RECEIVED = 128  # __u64 tcpi_bytes_received (Linux 4.1+)
+TCP_INFO_SIZE = 136
 
 
-def tcp_info(sock: socket.socket) -> tuple[int | None, float | None]:
-    """(total retransmits, smoothed RTT in ms) of a TCP socket from TCP_INFO; (None, None) if unavailable."""
+@dataclass(frozen=True)
+class TcpInfo:
+    """What the kernel says of one TCP connection (None: not known)."""
+
+    retransmits: int | None = None
+    rtt_ms: float | None = None
+    bytes_acked: int | None = None  # payload bytes the peer acknowledged
+    bytes_received: int | None = None  # payload bytes received
+
+
+def tcp_info(sock: socket.socket) -> TcpInfo:
+    """The connection's TCP_INFO; all None where the platform or kernel does not tell."""
     option = getattr(socket, "TCP_INFO", None)
     if option is None:
-        return None, None
+        return TcpInfo()
     try:
         raw = sock.getsockopt(socket.IPPROTO_TCP, option, TCP_INFO_SIZE)
     except OSError:
-        return None, None
-    if len(raw) < TCP_INFO_SIZE:
-        return None, None
+        return TcpInfo()
+    if len(raw) < TCP_INFO_BYTES_ACKED:
+        return TcpInfo()
     (rtt_us,) = struct.unpack_from("=I", raw, TCP_INFO_RTT)
     (retrans,) = struct.unpack_from("=I", raw, TCP_INFO_TOTAL_RETRANS)
-    return retrans, rtt_us / 1000.0
+    if len(raw) < TCP_INFO_SIZE:
+        return TcpInfo(retrans, rtt_us / 1000.0)
+    acked, received = struct.unpack_from("=QQ", raw, TCP_INFO_BYTES_ACKED)
+    return TcpInfo(retrans, rtt_us / 1000.0, acked, received)
