@@ -56,12 +56,20 @@ def _state(value: int) -> str:
     return pb.TransferState.Name(value).removeprefix("TRANSFER_")
 
 
+def _rate(t) -> str:
+    """The sender's latest rate in booking terms, and as measured when the links are emulated."""
+    if not t.HasField("rate"):
+        return "-"
+    text = f"{format_bandwidth(t.nominal_bps)}bit/s"
+    if t.nominal_bps != t.rate.bits_per_second:
+        text += f" ({format_bandwidth(t.rate.bits_per_second)}bit/s on the emulated links)"
+    return text
+
+
 def _progress_line(t) -> str:
     """One line: state, bar (memory-to-memory), bytes, rate, path."""
     done = t.rate.bytes_total if t.HasField("rate") else 0
-    rate = f"{format_bandwidth(t.nominal_bps)}bit/s" if t.HasField("rate") else "-"
-    if t.HasField("rate") and t.nominal_bps != t.rate.bits_per_second:
-        rate += f" ({format_bandwidth(t.rate.bits_per_second)}bit/s emulated)"
+    rate = _rate(t)
     if t.HasField("size_bytes"):
         share = min(1.0, done / t.size_bytes)
         filled = round(share * BAR_WIDTH)
@@ -121,9 +129,7 @@ def _summary(t, elapsed: float, args: argparse.Namespace) -> int:
         print_json(_as_dict(t))
     else:
         moved = format_bytes(t.rate.bytes_total) if t.HasField("rate") else "nothing"
-        rate = f"{format_bandwidth(t.nominal_bps)}bit/s" if t.HasField("rate") else "-"
-        if t.HasField("rate") and t.nominal_bps != t.rate.bits_per_second:
-            rate += f" ({format_bandwidth(t.rate.bits_per_second)}bit/s on the emulated links)"
+        rate = _rate(t)
         checks = {None: "none (memory-to-memory)", True: "verified", False: "FAILED"}[
             t.checksums_verified if t.HasField("checksums_verified") else None]
         print(f"{t.name} {state}: {t.reason}")

@@ -67,16 +67,8 @@ def plot_throughput(recording: Recording, path: Path) -> None:
                   marker=".", markersize=3, linewidth=1.4)
         axes.step([s.time for s in samples], [s.booked_bps / scale for s in samples], where="post", color=color,
                   linestyle="--", linewidth=0.8, alpha=0.7)
-    _mark_events(axes, recording)
-    axes.set_xlabel("time since the start of the timeline (s)")
-    axes.set_ylabel(f"nominal rate ({unit}); dashed: booked")
-    axes.set_title(f"{recording.scenario}: per-transfer throughput")
-    axes.set_ylim(bottom=0)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _finish(fig, axes, recording, f"nominal rate ({unit}); dashed: booked",
+            f"{recording.scenario}: per-transfer throughput", path)
 
 
 def aggregate_series(recording: Recording) -> tuple[list[float], list[float], list[float]]:
@@ -103,10 +95,18 @@ def plot_aggregate(recording: Recording, path: Path) -> None:
     axes.plot(times, [c / scale for c in carried], color="tab:blue", label="carried", linewidth=1.6)
     axes.step(times, [b / scale for b in booked], where="mid", color="black", linestyle="--", linewidth=1,
               label="booked")
+    _finish(fig, axes, recording, f"aggregate ({unit})",
+            f"{recording.scenario}: aggregate throughput of the transfers", path)
+
+
+def _finish(fig, axes, recording: Recording, ylabel: str, title: str, path: Path) -> None:
+    """Mark the events, label, save and close a plot over the timeline."""
+    import matplotlib.pyplot as plt
+
     _mark_events(axes, recording)
     axes.set_xlabel("time since the start of the timeline (s)")
-    axes.set_ylabel(f"aggregate ({unit})")
-    axes.set_title(f"{recording.scenario}: aggregate throughput of the transfers")
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
