@@ -12,6 +12,7 @@ import pytest
 from northbound.client import ApiError, TsdnClient
 from sdn_app.core.topology import Topology
 from sdn_app.web.layout import map_layout
+from tests.waiting import wait_for
 from topologies import builtin_topology
 
 G = 1_000_000_000
@@ -136,7 +137,12 @@ def test_metrics_families(mapped):
     with pytest.raises(ApiError):
         client.create_reservation("dtn2", "dtn4", 150 * G)  # more than any link (or NIC) carries
     client.close()
-    time.sleep(1.5)  # a tick
+
+    def ticked() -> bool:  # the map reads the core once a second
+        text = get(mapped, "/metrics")[2].decode()
+        return 'tsdn_admissions_refused_total{reason="no_capacity"} 1.0' in text \
+            and 'tsdn_reservations{state="ACTIVE"} 1.0' in text
+    wait_for(ticked, "the map's tick to count the reservation and the refusal")
     status, kind, body = get(mapped, "/metrics")
     text = body.decode()
     assert status == 200 and kind.startswith("text/plain")
