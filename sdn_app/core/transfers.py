@@ -141,7 +141,6 @@ class Transfer:
     rate: RateReport | None = None  # the sender's latest report
     receiver_rate: RateReport | None = None
     checksums_verified: bool | None = None
-    receiver_port: int = 0
     sides_done: frozenset[JobRole] = frozenset()
     last_report: float = 0.0  # when the sender last reported (or the sender started)
 
@@ -309,7 +308,7 @@ class TransferDesk:
             if host and not self.book.provisioning:
                 address = host
             transfer = self._set(transfer, TransferState.RUNNING, f"receiver listens on {address}:{port}",
-                                 receiver_port=port, last_report=now)
+                                 last_report=now)
             pacing = int(transfer.spec.bandwidth * self.emulation_scale * PACING_SHARE)
             self._offer(Job(transfer.id, JobRole.SEND, transfer.spec.src, transfer.spec,
                             transfer.reservation, address, port, pacing))
@@ -329,9 +328,9 @@ class TransferDesk:
         transfer = replace(transfer, rate=report, last_report=now, updated=now)
         self._transfers[transfer.id] = transfer
         self._events.append(TransferEvent(transfer.state, transfer.state, "rate", transfer, now, self.path(transfer)))
-        if self.book.get(transfer.acting_owner, transfer.reservation).state is State.ACTIVE:
-            self.book.report_rate(transfer.acting_owner, transfer.reservation,
-                                  report.bits_per_second / self.emulation_scale)
+        # The book ignores rates while the path is being installed or moved.
+        nominal = report.bits_per_second / self.emulation_scale
+        self.book.report_rate(transfer.acting_owner, transfer.reservation, nominal)
         return False, ""
 
     def finished(self, principal: Principal, dtn: str, name: str, role: JobRole, ok: bool, error: str,
