@@ -31,9 +31,9 @@ from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathFinder, PathRequest
 from sdn_app.core.topology import Topology
 from sdn_app.core.topology_schema import TopologySpec
-from topologies import builtin_topology
+from topologies import TOPOLOGY_DIR, builtin_topology
 
-ZOO_DIR = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "topologyzoo"
+ZOO_DIR = TOPOLOGY_DIR / "zoo"
 G = 10**9
 HOUR = 3600.0
 
@@ -81,13 +81,11 @@ def generated_wan(switches: int, seed: int) -> TopologySpec:
     return TopologySpec.model_validate(spec)
 
 
-def esnet() -> Topology | None:
-    """ESnet imported from the Topology Zoo sample with one DTN per node, or None if absent."""
+def esnet() -> Topology:
+    """ESnet imported from the shipped Topology Zoo sample, with one DTN per node."""
     from topologies.zoo_import import import_zoo
 
     path = ZOO_DIR / "Esnet.graphml"
-    if not path.exists():
-        return None
     return Topology(import_zoo(path, 100 * G, with_dtns=True).spec, str(path))
 
 
@@ -210,11 +208,7 @@ def main(quick: bool = False, seed: int = 16) -> int:
     """Run the benchmark and print its JSON line; return the exit code."""
     sizes = {"sc16": 300, "esnet": 300, "wan": 150} if quick else {"sc16": 2000, "esnet": 2000, "wan": 1000}
     results = [bench_network("sc16", Topology.load(builtin_topology("sc16")), sizes["sc16"], 0, seed)]
-    zoo = esnet()
-    if zoo is None:
-        print(f"skipping Esnet: {ZOO_DIR / 'Esnet.graphml'} not found", file=sys.stderr)
-    else:
-        results.append(bench_network("Esnet.graphml", zoo, sizes["esnet"], 0, seed))
+    results.append(bench_network("Esnet.graphml", esnet(), sizes["esnet"], 0, seed))
     wan = Topology(generated_wan(1000, seed), "generated")
     results.append(bench_network("generated-1000", wan, sizes["wan"], 10_000, seed))
     print(json.dumps({"bench": "paths", "quick": quick, "seed": seed,

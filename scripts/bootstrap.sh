@@ -9,6 +9,7 @@ DEBIAN_PACKAGES=(
     python3 python3-venv python3-pip  # Debian's python3 is the one mininet works with
     mininet openvswitch-switch        # emulated WAN on real OVS switches
     iperf3 iputils-ping ethtool numactl iproute2 psmisc
+    default-jre-headless              # FDT (fdt.jar is the user's; tests use ../shared/tools/fdt.jar)
     openssl                           # TLS certificates in the API tests
     chromium chromium-driver          # the live map's browser tests (selenium, headless)
 )

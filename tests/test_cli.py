@@ -11,9 +11,9 @@ import yaml
 
 from benchmarks.paths import bench_network
 from sdn_app.core.topology import Topology
-from topologies import builtin_topology
+from topologies import TOPOLOGY_DIR, builtin_topology
 
-ZOO = Path(__file__).resolve().parents[1].parent / "shared" / "testdata" / "topologyzoo"
+ZOO = TOPOLOGY_DIR / "zoo"
 TSDN = shutil.which("tsdn", path=str(Path(sys.executable).parent)) or "tsdn"
 
 
@@ -48,7 +48,6 @@ def test_show_json_is_the_whole_topology():
     assert "tbit-rdma" in human.stdout and "caltech-a-dtn1" in human.stdout
 
 
-@pytest.mark.skipif(not ZOO.exists(), reason="Topology Zoo samples (../shared/testdata) not present")
 def test_import_esnet_writes_a_valid_file(tmp_path):
     out = tmp_path / "esnet.yaml"
     done = tsdn("topo", "import", str(ZOO / "Esnet.graphml"), "--link-capacity", "100G", "--dtns", "-o", str(out))

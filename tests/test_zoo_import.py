@@ -13,9 +13,10 @@ import pytest
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.topology import Topology
 from sdn_app.core.topology_schema import NAME_PATTERN, TopologySpec, dump_topology_spec, parse_topology_spec, read_yaml
+from topologies import TOPOLOGY_DIR
 from topologies.zoo_import import ZooImport, _dtn_address, import_zoo, slugify
 
-ZOO_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "testdata" / "topologyzoo"
+ZOO_DIR = TOPOLOGY_DIR / "zoo"  # the Topology Zoo samples shipped with tsdn
 G = 10**9
 DEFAULT = 100 * G
 
@@ -26,7 +27,6 @@ SAMPLES = {  # file: (nodes, edges, self-loops) from the README table there
     "Esnet.graphml": (68, 92, 0),
 }
 
-needs_zoo = pytest.mark.skipif(not ZOO_DIR.is_dir(), reason=f"Topology Zoo samples not found at {ZOO_DIR}")
 
 KEY_TYPES = {
     ("graph", "label"): "string", ("graph", "Network"): "string",
@@ -119,7 +119,6 @@ def check_invariants(spec: TopologySpec, with_dtns: bool) -> None:
 # --- the real samples -------------------------------------------------------------------------
 
 
-@needs_zoo
 @pytest.mark.parametrize("with_dtns", [False, True], ids=["plain", "dtns"])
 @pytest.mark.parametrize("filename", sorted(SAMPLES))
 def test_sample_imports_and_round_trips(filename: str, with_dtns: bool) -> None:
@@ -135,7 +134,6 @@ def test_sample_imports_and_round_trips(filename: str, with_dtns: bool) -> None:
         assert all(d.name == f"{d.switch}-dtn" for d in spec.dtns)
 
 
-@needs_zoo
 def test_sample_names_and_coordinates() -> None:
     abilene = import_zoo(ZOO_DIR / "Abilene.graphml", DEFAULT).spec
     assert abilene.name == "abilene"
@@ -149,7 +147,6 @@ def test_sample_names_and_coordinates() -> None:
     assert import_zoo(ZOO_DIR / "Abilene.graphml", DEFAULT, name="My Demo WAN").spec.name == "my-demo-wan"
 
 
-@needs_zoo
 def test_sample_link_speeds_honoured() -> None:
     geant = import_zoo(ZOO_DIR / "Geant2012.graphml", DEFAULT).spec
     (nl_uk,) = links_between(geant, "nl", "uk")
@@ -166,7 +163,6 @@ def test_sample_link_speeds_honoured() -> None:
     assert any("no readable speed" in w and "40G" in w for w in esnet.warnings)
 
 
-@needs_zoo
 def test_sample_quirks() -> None:
     esnet = import_zoo(ZOO_DIR / "Esnet.graphml", DEFAULT)
     names = switch_names(esnet.spec)
