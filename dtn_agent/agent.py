@@ -9,7 +9,9 @@ A refusal (bad token, wrong role, a DTN the topology does not have) ends it with
 
 Once registered, the agent also takes the transfer jobs the controller hands to its DTN and runs
 them (`dtn_agent.jobs.JobRunner`), pinned to the data NIC's CPUs; stopping the agent cancels the
-transfers still running, which are reported as failed ("agent stopping").
+transfers still running, which are reported as failed ("agent stopping"). A controller restart
+stops nothing: the transfers run on, and their reports reach the restarted controller, which
+stored them, as soon as it answers (see `dtn_agent.jobs`).
 """
 
 from __future__ import annotations

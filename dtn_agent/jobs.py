@@ -15,6 +15,13 @@ engine's `TransferJob.cancel` event is set. The end of each side is reported as 
 the engine's final report. Reports leave from one sender thread per transfer side, so a slow or
 unreachable controller never holds up an engine: rate reports that cannot be sent are dropped
 (the next one is a second later), and the listening port and the outcome are retried for a while.
+
+A controller restart does not stop a transfer: the controller keeps its transfers in its state
+file and picks them up. While it is away, the engines run on, rate reports are dropped, and the
+listening port and the outcome are retried (backing off up to `MAX_REPORT_BACKOFF`) for up to
+`report_patience` seconds; the job stream reconnects and the restarted controller hands the same
+jobs out again, which are not run twice. Only an answer of the controller saying stop (the
+transfer ended) or NOT_FOUND (it does not know the transfer) stops a side.
 """
 
 from __future__ import annotations
@@ -45,8 +52,12 @@ FIRST_BACKOFF = 0.5  # seconds before reconnecting after the first failure; doub
 MAX_BACKOFF = 10.0
 FATAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNIMPLEMENTED}
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+# A report that met these may not have reached a controller that is up: the controller stopping
+# or restarting (a call cut off by its shutdown is CANCELLED or ABORTED), or too busy.
+AWAY = RETRYABLE | {grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED}
 MAX_QUEUED_RATES = 8  # rate reports waiting for the controller; more are dropped
-REPORT_PATIENCE = 60.0  # seconds to keep retrying a listening port or an outcome
+REPORT_PATIENCE = 600.0  # seconds to keep retrying a listening port or an outcome (a controller restart)
+MAX_REPORT_BACKOFF = 5.0  # seconds between retries of a report at most, so one lands soon after a restart
 SEEN_JOBS = 10_000  # (transfer, role) pairs remembered to run each once
 AGENT_STOPPING = "agent stopping"
 ROLES = {pb.RECEIVE: "receive", pb.SEND: "send"}
@@ -99,6 +110,7 @@ class _Reporter:
         self._rates = 0  # rate reports queued, not yet sent
         self._lock = threading.Lock()
         self._ended = False
+        self._away = False  # the controller did not take the last report: say so once, and when it is back
         self._thread = threading.Thread(target=self._send_all, name=f"report-{transfer}-{ROLES.get(role)}",
                                         daemon=True)
         self._thread.start()
@@ -159,26 +171,48 @@ class _Reporter:
                 self.on_stop(answer.reason or "the controller says stop")
 
     def _send(self, report: pb.TransferReport, essential: bool) -> pb.ReportTransferResponse | None:
+        """Send one report; an essential one is retried while the controller is away, up to the
+        patience. None when it was not taken."""
         what = report.WhichOneof("what")
         deadline = time.monotonic() + self.patience
         attempt = 0
         while True:
             try:
-                return self.client.report_transfer(report)
+                answer = self.client.report_transfer(report)
             except ApiError as error:
                 attempt += 1
-                wait = min(MAX_BACKOFF, FIRST_BACKOFF * 2 ** (attempt - 1)) * random.uniform(0.75, 1.0)
-                if error.code is grpc.StatusCode.NOT_FOUND:  # the controller restarted and forgot it
-                    self.on_stop(f"the controller no longer knows {self.transfer}: {error.message}")
+                wait = min(MAX_REPORT_BACKOFF, FIRST_BACKOFF * 2 ** (attempt - 1)) * random.uniform(0.75, 1.0)
+                if error.code is grpc.StatusCode.NOT_FOUND:  # a controller that is up does not know it
+                    self.on_stop(f"the controller does not know {self.transfer}: {error.message}")
                     return None
-                if not essential or error.code not in RETRYABLE or time.monotonic() + wait > deadline:
-                    log.warning("%s: the controller did not take the %s report: %s", self.transfer, what, error)
+                if error.code not in AWAY:
+                    log.warning("%s: the controller refused the %s report: %s", self.transfer, what, error)
                     return None
-                log.info("%s: reporting %s: %s; retrying in %.1f s", self.transfer, what, error, wait)
+                if not essential:
+                    self._note_away(f"the controller did not take a {what} report: {error}; "
+                                    "rate reports are dropped until it answers")
+                    return None
+                if time.monotonic() + wait > deadline:
+                    log.warning("%s: the controller did not take the %s report within %g s: %s", self.transfer,
+                                what, self.patience, error)
+                    return None
+                self._note_away(f"reporting {what}: {error}; retrying for up to {self.patience:g} s")
+                log.debug("%s: reporting %s: %s; retrying in %.1f s", self.transfer, what, error, wait)
                 time.sleep(wait)
             except ValueError as error:  # the agent closed its client: it stops
                 log.warning("%s: the %s report was not sent: %s", self.transfer, what, error)
                 return None
+            else:
+                if self._away:
+                    self._away = False
+                    log.info("%s: the controller takes reports again", self.transfer)
+                return answer
+
+    def _note_away(self, message: str) -> None:
+        """Log that the controller is away, once until it answers again."""
+        if not self._away:
+            self._away = True
+            log.warning("%s: %s", self.transfer, message)
 
 
 class _Side:

@@ -37,6 +37,11 @@ POLICIES = {"shortest": pb.SHORTEST, "widest": pb.WIDEST}
 STATES = {name: value for name, value in pb.ReservationState.items() if value}
 
 
+# gRPC's reconnect backoff grows to 120 s by default: after a controller restart, agents and
+# watchers would come back up to two minutes late. 5 s keeps them close behind a restart.
+CHANNEL_OPTIONS = (("grpc.max_reconnect_backoff_ms", 5000), ("grpc.initial_reconnect_backoff_ms", 500))
+
+
 class ApiError(Exception):
     """A call the controller refused or could not answer."""
 
@@ -54,11 +59,11 @@ class TsdnClient:
                  tls_cert: bytes | None = None, tls_key: bytes | None = None):
         """Connect to `target`; TLS when `tls_ca` is given (with a client certificate when `tls_cert`)."""
         if tls_ca is None and tls_cert is None:
-            self._channel = grpc.insecure_channel(target)
+            self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         else:
             credentials = grpc.ssl_channel_credentials(root_certificates=tls_ca, private_key=tls_key,
                                                        certificate_chain=tls_cert)
-            self._channel = grpc.secure_channel(target, credentials)
+            self._channel = grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout = timeout
         self.retries = retries

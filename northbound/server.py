@@ -29,7 +29,7 @@ from sdn_app.core.agents import DEFAULT_HEARTBEAT_TIMEOUT, AgentRegistry
 from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
 from sdn_app.core.ledger import Ledger
-from sdn_app.core.reservations import ReservationBook
+from sdn_app.core.reservations import Principal, ReservationBook, Role
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfers import TransferDesk
 from sdn_app.worker import CoreWorker
@@ -123,6 +123,13 @@ class Controller:
         try:
             self.book = ReservationBook(self.topology, self.ledger, config.clock,
                                         provisioning=config.listen_openflow is not None)
+            self.book.host_limits = self.agents.host_limit
+            # The transfers stored with the reservations: the running ones are picked up.
+            self.transfers = TransferDesk(self.book, self.agents, config.clock, config.emulation_scale)
+            live = [t for t in self.transfers.list(Principal("tsdn", Role.ADMIN)) if not t.state.ended]
+            if live:
+                log.info("%s: %d live transfer(s) picked up: %s", config.state, len(live),
+                         ", ".join(f"{t.name} {t.state}" for t in live))
             if config.listen_openflow is not None:
                 from sdn_app.openflow.fabric import start_openflow  # os-ken only when switches are controlled
 
@@ -131,8 +138,6 @@ class Controller:
         except BaseException:
             self.ledger.close()
             raise
-        self.book.host_limits = self.agents.host_limit
-        self.transfers = TransferDesk(self.book, self.agents, config.clock, config.emulation_scale)
         self.worker = CoreWorker(self.book, self.fabric, tickers=(self.agents, self.transfers))
         # --- live map and /metrics (sdn_app/web) ---
         self.web = None

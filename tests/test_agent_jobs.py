@@ -284,3 +284,86 @@ def test_agent_run_refuses_bad_options(capsys, option, value, message):
 
     assert main(["agent", "run", "--name", "dtn1", "--controller", "127.0.0.1:1", option, value]) == 2
     assert message in capsys.readouterr().err
+
+
+class _RestartingController(_FlakyController):
+    """A stand-in client whose controller is away whenever `away` is set: reports fail then, and
+    are taken again once it is cleared. An outcome fails with CANCELLED (a call cut off by the
+    controller's shutdown), the others with UNAVAILABLE (nothing listens while it restarts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.away = threading.Event()
+        self.refused: list[str] = []
+
+    def report_transfer(self, report: agent_pb.TransferReport) -> agent_pb.ReportTransferResponse:
+        if self.away.is_set():
+            with self.lock:
+                self.refused.append(report.WhichOneof("what"))
+            if report.WhichOneof("what") == "outcome":
+                raise ApiError(grpc.StatusCode.CANCELLED, "Cancelled on the server side")
+            raise ApiError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses")
+        if report.WhichOneof("what") == "rate":
+            with self.lock:
+                self.reports.append(report)
+            return agent_pb.ReportTransferResponse()
+        return super().report_transfer(report)
+
+    def refusals(self, what: str) -> int:
+        with self.lock:
+            return self.refused.count(what)
+
+
+def test_reports_wait_for_a_restarting_controller_and_the_transfer_goes_on():
+    controller = _RestartingController()
+    runner = JobRunner(controller, "dtn2", JobOptions(listen="127.0.0.1"))  # type: ignore[arg-type]
+    controller.away.set()  # away before the receiver listens: its port waits for the controller
+    controller.jobs.put(agent_pb.TransferJob(transfer="transfers/t2", role=agent_pb.RECEIVE, engine="builtin",
+                                             streams=2, size_bytes=24 * MiB))
+    runner.start()
+    try:
+        wait_for(lambda: controller.refusals("listening_port") >= 2, "the listening port retried")
+        assert len(runner.running()) == 1  # the receiver was not stopped
+        controller.away.clear()  # the controller is back: the port arrives, the sender gets its job
+        wait_for(lambda: any(r.WhichOneof("what") == "rate" for r in controller.reports), "a rate report")
+        controller.away.set()  # away again while the transfer runs, and when it ends
+        wait_for(lambda: controller.refusals("outcome") >= 2, "both outcomes retried", timeout=60)
+        assert not controller.outcomes()
+        controller.away.clear()
+        outcomes = wait_for(lambda: (o := controller.outcomes()).keys() >= {agent_pb.RECEIVE, agent_pb.SEND} and o,
+                            "both outcomes taken once the controller is back", timeout=30)
+        for role in (agent_pb.RECEIVE, agent_pb.SEND):
+            assert outcomes[role].outcome.ok, outcomes[role].outcome.error
+            assert outcomes[role].final.bytes_total == 24 * MiB
+    finally:
+        runner.stop()
+        controller.jobs.put(None)
+        assert runner.join(10)
+
+
+class _ForgetfulController(_FlakyController):
+    """A stand-in client whose controller is up but does not know the transfer: NOT_FOUND."""
+
+    def report_transfer(self, report: agent_pb.TransferReport) -> agent_pb.ReportTransferResponse:
+        with self.lock:
+            self.reports.append(report)
+        if report.WhichOneof("what") != "outcome":
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"transfer {report.transfer!r} not found")
+        return agent_pb.ReportTransferResponse()
+
+
+def test_a_controller_that_does_not_know_the_transfer_stops_it():
+    controller = _ForgetfulController()
+    runner = JobRunner(controller, "dtn2", JobOptions(listen="127.0.0.1"))  # type: ignore[arg-type]
+    controller.jobs.put(agent_pb.TransferJob(transfer="transfers/t3", role=agent_pb.RECEIVE, engine="builtin",
+                                             streams=1, size_bytes=1 << 40))
+    runner.start()
+    try:
+        [outcome] = wait_for(lambda: list(controller.outcomes().values()), "the receiver to stop")
+        assert not outcome.outcome.ok
+        assert "the controller does not know transfers/t3" in outcome.outcome.error, outcome.outcome.error
+        wait_for(lambda: not runner.running(), "the receiver's thread to end")
+    finally:
+        runner.stop()
+        controller.jobs.put(None)
+        assert runner.join(10)

@@ -1,6 +1,7 @@
 """TransferService and the agents' side of AgentService on a real controller (loopback gRPC,
 ledger only): refusals that book nothing, and a transfer driven to its end by playing the two
-agents by hand (TakeJobs streams, ReportTransfer calls)."""
+agents by hand (TakeJobs streams, ReportTransfer calls), and carried on by a controller restarted
+on the same state file."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as apb
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as bpb
 from northbound.proto.tsdn.v1 import transfer_pb2 as tpb
+from tests.conftest import TOKENS
 from tests.waiting import wait_for
 
 G = 10**9
@@ -247,3 +249,40 @@ def test_a_token_bound_to_another_dtn_cannot_take_its_jobs_or_report_for_it(star
         assert rucio.get_transfer(transfer.name).state == tpb.TRANSFER_STARTING
         assert not dst_agent.report_transfer(report(transfer.name, DST, apb.RECEIVE, listening_port=5201)).stop
         assert rucio.get_transfer(transfer.name).state == tpb.TRANSFER_RUNNING
+
+
+def test_a_restarted_controller_carries_on_with_the_transfers_of_its_state_file(agents, client_for, controller,
+                                                                                start_controller, tokens_file):
+    rucio = client_for("rucio")
+    running = rucio.start_transfer(SRC, DST, 10 * G, size=10**9, request_id="fts-9")
+    assert not agents.report_transfer(report(running.name, DST, apb.RECEIVE, listening_port=5201,
+                                             listening_host="127.0.0.1")).stop
+    cancelled = rucio.cancel_transfer(rucio.start_transfer(DST, SRC, 10 * G, size=10**9).name)
+    controller.stop(grace=0.5)
+
+    restarted = start_controller(tokens=tokens_file)  # the same state file
+    with TsdnClient(restarted.address, token=TOKENS["rucio"][1]) as rucio, \
+            TsdnClient(restarted.address, token=TOKENS["dtn-agent"][1]) as agent:
+        assert [(t.name, t.state) for t in rucio.list_transfers()] == [
+            (cancelled.name, tpb.TRANSFER_CANCELLED), (running.name, tpb.TRANSFER_RUNNING)]
+        assert rucio.get_transfer(running.name).reason == "receiver listens on 127.0.0.1:5201"
+        assert rucio.start_transfer(SRC, DST, 10 * G, size=10**9, request_id="fts-9").name == running.name
+        # Agents that reconnect are handed their jobs again (and run each side once), and the STOPs
+        # of transfers that ended just before.
+        jobs = Collector(agent.take_jobs(SRC, timeout=30))
+        send, stop = wait_for(lambda: jobs.items[:2] if len(jobs.items) >= 2 else None, "the jobs again")
+        assert (send.transfer, send.role, send.peer_host, send.peer_port) == (running.name, apb.SEND, "127.0.0.1",
+                                                                             5201)
+        assert (stop.transfer, stop.role) == (cancelled.name, apb.STOP)
+        assert not agent.report_transfer(report(running.name, SRC, apb.SEND, rate=rate(9.5 * G))).stop
+        assert rucio.get_transfer(running.name).rate.bits_per_second == 9.5 * G
+        answer = agent.report_transfer(report(cancelled.name, SRC, apb.RECEIVE, rate=rate(1 * G)))
+        assert answer.stop and answer.reason == "cancelled by rucio"
+        for dtn, role in ((SRC, apb.SEND), (DST, apb.RECEIVE)):
+            agent.report_transfer(report(running.name, dtn, role, outcome=apb.TransferOutcome(ok=True),
+                                         final=rate(9.5 * G, final=True)))
+        done = rucio.get_transfer(running.name)
+        assert done.state == tpb.TRANSFER_SUCCEEDED and done.reason == "done at 9.5G"
+        assert rucio.get_reservation(running.reservation).state == bpb.RELEASED
+        agent.close()
+        assert jobs.ended()

@@ -1,16 +1,22 @@
 """The transfer desk: a reservation booked per transfer, RECEIVE and SEND jobs handed to the two
-DTNs' agents, rate reports fed to the advisor, timeouts, and how a transfer ends. Pure core on
-ring8 with a fake clock; with switches, changes are applied to simulated flow tables."""
+DTNs' agents, rate reports fed to the advisor, timeouts, and how a transfer ends; transfers stored
+with the reservations and picked up by a restart. Pure core on ring8 with a fake clock and a real
+SQLite file; with switches, changes are applied to simulated flow tables."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import shutil
+import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from dtn_agent.reports import RateReport
+from sdn_app.core import transfers
 from sdn_app.core.agents import AgentFacts, AgentRegistry, NicFacts
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import (
@@ -25,7 +31,10 @@ from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.reservations import Principal, ReservationBook, Role, State
 from sdn_app.core.topology import Topology
+from sdn_app.core.transfer_store import CorruptRow
 from sdn_app.core.transfers import (
+    RESTART_GRACE,
+    STALL_TIMEOUT,
     JobOffer,
     JobRole,
     TransferDesk,
@@ -48,10 +57,16 @@ SRC, DST = "dtn1", "dtn3"
 
 def make(tmp_path: Path, provisioning: bool = False, scale: float = 1.0,
          agents: tuple[str, ...] = (SRC, DST, "dtn5", "dtn7")) -> SimpleNamespace:
-    """ring8 with a book (switches controlled or not), an agent registry with `agents`, a desk."""
+    """ring8 with a book (switches controlled or not), an agent registry with `agents`, a desk;
+    state in tmp_path/t.db."""
     topology = Topology.load(builtin_topology("ring8"))
-    clock = FakeClock()
-    ledger = Ledger(topology.capacities(), tmp_path / "t.db", clock)
+    return open_state(topology, tmp_path / "t.db", FakeClock(), provisioning, scale, agents)
+
+
+def open_state(topology: Topology, path: Path, clock: FakeClock, provisioning: bool, scale: float,
+               agents: tuple[str, ...]) -> SimpleNamespace:
+    """A controller's core over the state file `path`, as `Controller` builds it."""
+    ledger = Ledger(topology.capacities(), path, clock)
     book = ReservationBook(topology, ledger, clock, provisioning=provisioning)
     registry = AgentRegistry(topology, clock, heartbeat_timeout=15.0, emulation_scale=scale)
     book.host_limits = registry.host_limit
@@ -59,7 +74,15 @@ def make(tmp_path: Path, provisioning: bool = False, scale: float = 1.0,
     for dtn in agents:
         registry.register(AGENT, dtn, FACTS)
     return SimpleNamespace(topology=topology, clock=clock, ledger=ledger, book=book, agents=registry, desk=desk,
-                           tables=FlowTables(topology))
+                           tables=FlowTables(topology), path=path, scale=scale)
+
+
+def restart(env, agents: tuple[str, ...] = ()) -> SimpleNamespace:
+    """The controller restarts on the same state file, as after a crash: the old core is dropped
+    without closing anything; the new one loads the file. Agents are not stored: only `agents`
+    have registered again."""
+    settle(env)
+    return open_state(env.topology, env.path, env.clock, env.book.provisioning, env.scale, agents)
 
 
 @pytest.fixture
@@ -664,9 +687,317 @@ def test_jobs_for_lists_the_pending_jobs_again(env):
     assert env.desk.get(RUCIO, transfer.name).state is TransferState.SUCCEEDED
 
 
-def test_a_restarted_controller_releases_the_paths_of_the_transfers_it_forgot(env):
+# -- stored with the reservations: a controller restart ------------------------------------------
+
+
+def test_a_running_transfer_is_picked_up_by_a_restart_and_ends_there(env):
+    transfer = running(env, env.desk.start(RUCIO, spec(), request_id="fts-7"))
+    sender_reports(env, transfer, 9.5 * G, times=2)
+    before = env.desk.get(RUCIO, transfer.name)
+
+    new = restart(env, agents=(SRC, DST))
+    now = new.desk.get(RUCIO, transfer.name)
+    assert now.state is TransferState.RUNNING and now.reason == before.reason
+    assert now.reservation == transfer.reservation and reservation(new, now).state is State.ACTIVE
+    assert now.rate.bits_per_second == 9.5 * G  # the rates as last stored (at most RATE_WRITE_INTERVAL old)
+    assert new.desk.list(RUCIO) == [now]
+    assert new.desk.start(RUCIO, spec(), request_id="fts-7").id == transfer.id  # a retry finds it
+    # Agents whose job stream reconnects are handed their jobs again (they run each side once).
+    [send] = new.desk.jobs_for(AGENT, SRC)
+    [receive] = new.desk.jobs_for(AGENT, DST)
+    assert (send.role, send.peer_port, send.pacing_bps) == (JobRole.SEND, 5201, int(10 * G * 0.95))
+    assert receive.role is JobRole.RECEIVE
+
+    # The sender's reports reach the new controller: watchers see them, the advisor moves the path.
+    sender_reports(new, transfer, 1 * G, times=3)
+    events = [e for e in new.desk.take_events() if isinstance(e, TransferEvent)]
+    assert [e.reason for e in events][:3] == ["rate"] * 3
+    assert any(e.reason.startswith("path ACTIVE: congested: achieved 1G") for e in events)
+    assert new.desk.path(new.desk.get(RUCIO, transfer.name))[1] == "s8"
+
+    new.desk.finished(AGENT, SRC, transfer.name, JobRole.SEND, True, "", None, rate(9.5 * G, final=True))
+    done = new.desk.finished(AGENT, DST, transfer.name, JobRole.RECEIVE, True, "", None, None)
+    assert done.state is TransferState.SUCCEEDED and done.reason == "done at 9.5G"
+    assert reservation(new, transfer).state is State.RELEASED and new.ledger.bookings() == []
+
+    again = restart(new)
+    assert again.desk.get(RUCIO, transfer.name) == done  # ended: queryable as it ended
+    assert again.desk.jobs_for(AGENT, SRC) == again.desk.jobs_for(AGENT, DST) == []
+    assert again.desk.next_deadline() == math.inf
+
+
+def test_a_side_that_ended_before_the_restart_is_not_handed_its_job_again(env):
     transfer = running(env, env.desk.start(RUCIO, spec()))
-    restarted = TransferDesk(env.book, env.agents, env.clock)  # a new desk over the same book
-    released = reservation(env, transfer)
-    assert released.state is State.RELEASED and "controller restarted" in released.reason
-    assert restarted.list(NOC) == []
+    env.desk.finished(AGENT, SRC, transfer.name, JobRole.SEND, True, "", None, rate(9.5 * G, final=True))
+    new = restart(env, agents=(SRC, DST))
+    assert new.desk.jobs_for(AGENT, SRC) == []
+    assert [j.role for j in new.desk.jobs_for(AGENT, DST)] == [JobRole.RECEIVE]
+    done = new.desk.finished(AGENT, DST, transfer.name, JobRole.RECEIVE, True, "", None, None)
+    assert done.state is TransferState.SUCCEEDED and done.rate.final
+
+
+def test_a_starting_transfer_waits_again_for_its_receiver(env):
+    transfer = env.desk.start(RUCIO, spec())
+    env.clock.advance(20)
+    new = restart(env, agents=(SRC, DST))
+    now = new.desk.get(RUCIO, transfer.name)
+    assert now.state is TransferState.STARTING
+    assert now.reason == f"the controller restarted; waiting for the receiver on {DST} to listen"
+    assert [(j.role, j.dtn) for j in new.desk.jobs_for(AGENT, DST)] == [(JobRole.RECEIVE, DST)]
+    assert new.desk.next_deadline() == new.clock.now() + 30  # counted from the restart
+    assert new.desk.receiver_ready(AGENT, DST, transfer.name, 5202) == (False, "")
+    [send] = [e.job for e in new.desk.take_events() if isinstance(e, JobOffer)]
+    assert (send.role, send.dtn, send.peer_port) == (JobRole.SEND, SRC, 5202)
+    assert new.desk.get(RUCIO, transfer.name).state is TransferState.RUNNING
+
+
+def test_a_reserving_transfer_goes_on_once_the_switches_confirm_its_path(switched):
+    env = switched
+    transfer = env.desk.start(RUCIO, spec())
+    settle(env)
+    env.book.take_changes()  # the controller dies before the switches confirm
+    new = restart(env, agents=(SRC, DST))
+    now = new.desk.get(RUCIO, transfer.name)
+    assert now.state is TransferState.RESERVING
+    assert now.reason == f"the controller restarted; waiting for the path ({transfer.reservation} PROVISIONING)"
+    assert new.desk.jobs_for(AGENT, DST) == []
+    for switch in new.topology.switches:  # each switch reconnects and is reconciled
+        new.book.switch_reconciled(switch)
+    settle(new)
+    assert reservation(new, transfer).state is State.ACTIVE
+    now = new.desk.get(RUCIO, transfer.name)
+    assert now.state is TransferState.STARTING
+    assert [(j.role, j.dtn) for j in new.desk.jobs_for(AGENT, DST)] == [(JobRole.RECEIVE, DST)]
+
+
+def test_a_reserving_transfer_whose_path_was_confirmed_just_before_the_crash_starts_its_receiver(switched):
+    env = switched
+    transfer = env.desk.start(RUCIO, spec())
+    settle(env)
+    [change] = env.book.take_changes()
+    env.book.provisioned(change.reservation_id, None, change.token)  # committed; the desk never saw it
+    new = open_state(env.topology, env.path, env.clock, True, 1.0, ())
+    now = new.desk.get(RUCIO, transfer.name)
+    assert now.state is TransferState.STARTING
+    assert now.reason == f"the controller restarted; path ready: starting the receiver on {DST}"
+    assert [(j.role, j.dtn) for j in new.desk.jobs_for(AGENT, DST)] == [(JobRole.RECEIVE, DST)]
+
+
+def test_a_transfer_whose_path_is_gone_at_the_restart_fails_and_its_agents_are_told_to_stop(env):
+    transfer = running(env, env.desk.start(RUCIO, spec()))
+    settle(env)
+    with sqlite3.connect(env.path) as db:  # the booking is lost (say, the file was edited)
+        db.execute("DELETE FROM bookings WHERE id=?", (transfer.reservation_id,))
+    new = restart(env, agents=(SRC, DST))
+    now = new.desk.get(RUCIO, transfer.name)
+    assert now.state is TransferState.FAILED
+    assert now.reason == (f"the controller restarted and found its path {transfer.reservation} FAILED: "
+                          "its booking was missing from the ledger at start-up")
+    assert [j.role for j in new.desk.jobs_for(AGENT, SRC)] == [JobRole.STOP]
+    assert [j.role for j in new.desk.jobs_for(AGENT, DST)] == [JobRole.STOP]
+    assert new.desk.report(AGENT, SRC, transfer.name, JobRole.SEND, rate(1 * G)) == (True, now.reason)
+
+
+def test_a_picked_up_transfer_waits_for_its_agent_to_register_again(env):
+    transfer = running(env, env.desk.start(RUCIO, spec()))
+    new = restart(env)  # no agent has registered yet
+    restarted = new.clock.now()
+    assert new.desk.next_deadline() == restarted + RESTART_GRACE
+    new.clock.advance(60)
+    new.agents.register(AGENT, SRC, FACTS)  # its connection is back: 15 s for a report
+    assert new.desk.next_deadline() == new.clock.now() + 15
+    sender_reports(new, transfer, 9.5 * G, times=1)
+    assert new.desk.get(RUCIO, transfer.name).state is TransferState.RUNNING
+    new.clock.advance(15)
+    new.desk.tick()
+    assert new.desk.get(RUCIO, transfer.name).state is TransferState.FAILED  # then the usual stall timeout
+
+
+def test_a_picked_up_transfer_whose_agent_never_comes_back_fails_saying_so(env):
+    transfer = env.desk.start(RUCIO, spec())
+    new = restart(env)
+    new.clock.advance(RESTART_GRACE - 1)
+    new.desk.tick()
+    assert new.desk.get(RUCIO, transfer.name).state is TransferState.STARTING
+    new.clock.advance(1)
+    new.desk.tick()
+    now = new.desk.get(RUCIO, transfer.name)
+    assert now.state is TransferState.FAILED
+    assert now.reason == (f"the receiver on {DST} did not listen within 30 s after the controller restarted "
+                          f"{RESTART_GRACE:.0f} s ago; the agent of {DST} has not registered since")
+    assert reservation(new, transfer).state is State.RELEASED
+    assert [(j.role, j.dtn) for j in new.desk.jobs_for(AGENT, DST)] == [(JobRole.STOP, DST)]
+
+
+def test_ended_transfers_stay_queryable_after_a_restart_within_the_bound(env, monkeypatch):
+    monkeypatch.setattr(transfers, "KEEP_ENDED", 3)
+    ended = []
+    for i in range(4):
+        transfer = running(env, env.desk.start(RUCIO, spec(), request_id=f"run-{i}"))
+        env.desk.finished(AGENT, SRC, transfer.name, JobRole.SEND, i != 1, "disk full", None, None)
+        if i != 1:
+            env.desk.finished(AGENT, DST, transfer.name, JobRole.RECEIVE, True, "", None, None)
+        ended.append(env.desk.get(RUCIO, transfer.name))
+    cancelled = env.desk.cancel(RUCIO, env.desk.start(RUCIO, spec(), request_id="run-4").name)
+    kept = [cancelled, *reversed(ended[2:])]
+    assert env.desk.list(RUCIO) == kept  # the oldest went over the bound
+
+    new = restart(env)
+    assert new.desk.list(RUCIO) == kept
+    assert [t.state for t in kept] == [TransferState.CANCELLED, TransferState.SUCCEEDED, TransferState.SUCCEEDED]
+    with pytest.raises(NotFound):
+        new.desk.get(RUCIO, ended[1].name)
+    assert new.desk.start(RUCIO, spec(), request_id="run-3") == ended[3]
+    with sqlite3.connect(env.path) as db:
+        assert db.execute("SELECT count(*) FROM transfers").fetchone() == (3,)
+
+
+def test_ended_rows_over_the_bound_are_dropped_at_start_up(env, monkeypatch):
+    for _ in range(3):
+        env.desk.cancel(RUCIO, env.desk.start(RUCIO, spec()).name)
+    newest = env.desk.list(RUCIO)[:2]
+    monkeypatch.setattr(transfers, "KEEP_ENDED", 2)
+    new = restart(env)
+    assert new.desk.list(RUCIO) == newest
+    with sqlite3.connect(env.path) as db:
+        assert db.execute("SELECT count(*) FROM transfers").fetchone() == (2,)
+
+
+def test_a_file_from_before_transfers_were_stored_gets_the_table(env):
+    transfer = running(env, env.desk.start(RUCIO, spec()))
+    with sqlite3.connect(env.path) as db:
+        db.execute("DROP TABLE transfers")
+    new = restart(env, agents=(SRC, DST))
+    assert new.desk.list(NOC) == []
+    released = reservation(new, transfer)  # its transfer is unknown: the path is freed
+    assert released.state is State.RELEASED
+    assert released.reason == "released by rucio: its transfer was lost when the controller restarted"
+    later = new.desk.start(RUCIO, spec())
+    assert restart(new).desk.get(RUCIO, later.name).state is TransferState.STARTING
+
+
+def _body(env, transfer_id: str) -> dict:
+    with sqlite3.connect(env.path) as db:
+        return json.loads(db.execute("SELECT body FROM transfers WHERE id=?", (transfer_id,)).fetchone()[0])
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda body: "{not json", r"body is not JSON"),
+    (lambda body: json.dumps([1, 2]), r"field body: expected an object, found \[1, 2\]"),
+    (lambda body: json.dumps({**body, "handed": [7]}), r"field handed\[0\]: expected an object, found 7"),
+    (lambda body: json.dumps({**body, "format": 9}), r"field format: 9 is not the supported 1"),
+    (lambda body: json.dumps({**body, "spec": {**body["spec"], "bandwidth": "10G"}}),
+     r'field spec.bandwidth: expected a whole number, found "10G"'),
+    (lambda body: json.dumps({k: v for k, v in body.items() if k != "owner"}), r"field owner: missing"),
+    (lambda body: json.dumps({**body, "state": "RUNNNING"}), r"field state: 'RUNNNING' is not one of RESERVING"),
+    (lambda body: json.dumps({**body, "handed": [{"role": "STOP"}]}), r"field handed\[0\].role: 'STOP'"),
+    (lambda body: json.dumps({**body, "rate": {**body["rate"], "pinning": None}}),
+     r"field rate.pinning: expected an object, found null"),
+])
+def test_a_corrupt_row_stops_the_start_naming_the_row_and_the_field(env, damage, message):
+    transfer = running(env, env.desk.start(RUCIO, spec()))
+    sender_reports(env, transfer, 9.5 * G, times=1)
+    body = _body(env, transfer.id)
+    with sqlite3.connect(env.path) as db:
+        db.execute("UPDATE transfers SET body=? WHERE id=?", (damage(body), transfer.id))
+    with pytest.raises(CorruptRow, match=rf"t\.db: transfers row 1 \(id '{transfer.id}'\): {message}") as error:
+        restart(env)
+    assert f"DELETE FROM transfers WHERE id='{transfer.id}'" in str(error.value)
+    with sqlite3.connect(env.path) as db:  # nothing was changed: the path is still booked
+        assert db.execute("SELECT state FROM reservations").fetchall() == [("ACTIVE",)]
+
+
+# -- a crash at any point: the file never holds a transfer and a reservation that disagree --------
+
+
+class CrashImages:
+    """Copies of a state file (with its write-ahead log) as a crash would leave it after each commit."""
+
+    def __init__(self, env, folder: Path):
+        self.env, self.folder, self.count = env, folder, 0
+        folder.mkdir()
+        env.ledger._db.set_trace_callback(self._statement)  # sees each BEGIN: the last commit is done
+
+    def _statement(self, sql: str) -> None:
+        if sql.startswith("BEGIN"):
+            self.take()
+
+    def take(self) -> None:
+        self.count += 1
+        for suffix in ("", "-wal"):
+            source = Path(f"{self.env.path}{suffix}")
+            if source.exists():
+                shutil.copyfile(source, self.folder / f"{self.count:03}.db{suffix}")
+
+    def images(self) -> list[Path]:
+        return sorted(self.folder.glob("*.db"))
+
+
+def disagreements(path: Path) -> list[str]:
+    """Transfers and reservations in the file that disagree: a live transfer on a final (or
+    missing) reservation, an ended one on a live reservation, a transfer's reservation without it."""
+    final = ("RELEASED", "EXPIRED", "FAILED")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        reservations = {rid: (state, json.loads(body)["labels"])
+                        for rid, state, body in db.execute("SELECT id, state, body FROM reservations")}
+        rows = db.execute("SELECT id, state, reservation_id FROM transfers").fetchall()
+    found = []
+    for transfer_id, state, reservation_id in rows:
+        reservation_state = reservations.get(reservation_id, ("missing", {}))[0]
+        if (state in ("SUCCEEDED", "FAILED", "CANCELLED")) != (reservation_state in final):
+            found.append(f"transfer {transfer_id} {state}, reservation {reservation_state}")
+    stored = {row[0] for row in rows}
+    for reservation_id, (state, labels) in reservations.items():
+        if labels.get("tsdn/transfer") and labels["tsdn/transfer"] not in stored:
+            found.append(f"reservation {reservation_id} {state} of no stored transfer")
+    return found
+
+
+@pytest.mark.parametrize("provisioning", [False, True])
+def test_a_crash_after_any_commit_leaves_transfers_and_reservations_that_agree(tmp_path, provisioning):
+    env = make(tmp_path, provisioning=provisioning)
+    crashes = CrashImages(env, tmp_path / "crashes")
+
+    def started(src: str, dst: str):
+        transfer = env.desk.start(RUCIO, spec(src=src, dst=dst))
+        confirm(env)
+        env.desk.receiver_ready(AGENT, dst, transfer.name, 5201)
+        return transfer
+
+    done = started(SRC, DST)
+    sender_reports(env, done, 9.5 * G, times=6)
+    env.desk.finished(AGENT, SRC, done.name, JobRole.SEND, True, "", None, rate(9.5 * G, final=True))
+    env.desk.finished(AGENT, DST, done.name, JobRole.RECEIVE, True, "", None, None)
+    env.desk.cancel(RUCIO, started(SRC, DST).name)
+    released = started("dtn5", "dtn7")
+    env.book.release(RUCIO, released.reservation)  # by its owner: the transfer fails with it
+    settle(env)
+    env.desk.start(RUCIO, spec(src=DST, dst=SRC))  # left running up to the end
+    confirm(env)
+    stalled = started("dtn7", "dtn5")
+    env.clock.advance(1)
+    env.desk.report(AGENT, "dtn7", stalled.name, JobRole.SEND, rate(9.5 * G))
+    env.clock.advance(STALL_TIMEOUT)
+    env.desk.tick()
+    assert env.desk.get(RUCIO, stalled.name).state is TransferState.FAILED
+    crashes.take()
+
+    assert len(crashes.images()) >= 15
+    for image in crashes.images():
+        assert disagreements(image) == [], image.name
+        clock = FakeClock(env.clock.now())
+        picked_up = open_state(env.topology, image, clock, provisioning, 1.0, ())
+        for transfer in picked_up.desk.list(NOC):
+            live = not reservation(picked_up, transfer).state.is_final
+            assert live is not transfer.state.ended, (image.name, transfer)
+
+
+def test_reports_with_numbers_that_are_not_finite_are_refused_and_nothing_is_stored(env):
+    transfer = running(env, env.desk.start(RUCIO, spec()))
+    bad = RateReport("t", "builtin", 0.0, 1.0, 1 * G, 1000, rtt_ms=math.nan)
+    with pytest.raises(InvalidArgument, match=r"rate\.rtt_ms: must be a finite number, got nan"):
+        env.desk.report(AGENT, SRC, transfer.name, JobRole.SEND, bad)
+    with pytest.raises(InvalidArgument, match=r"final\.rtt_ms"):
+        env.desk.finished(AGENT, SRC, transfer.name, JobRole.SEND, True, "", None, bad)
+    assert env.desk.get(RUCIO, transfer.name) == transfer
+    assert restart(env).desk.get(RUCIO, transfer.name).rate is None

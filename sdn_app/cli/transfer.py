@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
 
 from dtn_agent.engines import ENGINES
 from sdn_app.cli.output import EXIT_REFUSED, print_json, table
@@ -15,6 +16,8 @@ from sdn_app.core.paths import POLICIES
 from sdn_app.core.units import format_bandwidth, format_bytes, parse_bandwidth, parse_size
 
 BAR_WIDTH = 30
+RECONNECT_WINDOW = 600.0  # seconds `tsdn transfer` waits for a restarting controller
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -100,7 +103,7 @@ def run_transfer(args: argparse.Namespace, client) -> int:
           f"{transfer.reservation}", file=sys.stderr)
     last = transfer
     try:
-        for event in client.watch_transfer(transfer.name):
+        for event in _follow(client, transfer.name):
             last = event.transfer
             if event.reason == "rate":
                 if bar:
@@ -121,6 +124,39 @@ def run_transfer(args: argparse.Namespace, client) -> int:
         raise
     last = client.get_transfer(transfer.name)  # the watch ends at the end: this has the final reports
     return _summary(last, time.monotonic() - started, args)
+
+
+def _follow(client, name: str) -> Iterator:
+    """The transfer's watch events until it ends, watching again after a controller restart.
+
+    The agents keep running a transfer while its controller restarts, and the restarted
+    controller picks it up from its state file, so losing the watch is not the transfer's end.
+    A controller away for more than RECONNECT_WINDOW seconds ends the wait with its error.
+    """
+    from northbound.client import ApiError
+
+    away_since: float | None = None
+    while True:
+        try:
+            for event in client.watch_transfer(name):
+                away_since = None
+                yield event
+            ended = _state(client.get_transfer(name).state) in ENDED  # a watch also ends when the server stops
+        except ApiError as error:
+            if error.code.name not in ("UNAVAILABLE", "CANCELLED"):
+                raise
+            now = time.monotonic()
+            if away_since is None:
+                away_since = now
+                print(f"\nthe controller is unreachable ({error.message}); the agents keep transferring: "
+                      f"watching again once it is back (for up to {RECONNECT_WINDOW:.0f} s)",
+                      file=sys.stderr, flush=True)
+            elif now - away_since > RECONNECT_WINDOW:
+                raise
+            time.sleep(1.0)  # the client's own retries already backed off; poll the controller's return
+            continue
+        if ended:
+            return
 
 
 def _summary(t, elapsed: float, args: argparse.Namespace) -> int:

@@ -4,7 +4,9 @@
 `PathFinder` and the `Ledger`), moves reservations through their states as the clock
 passes their windows, keeps the idempotency index of `request_id`s, and records every
 change as an `Event` for watchers. Each change is one SQLite transaction shared with the
-ledger, so a reservation row and its booking are committed together or not at all.
+ledger, so a reservation row and its booking are committed together or not at all; rows of
+another table that go with a reservation (a transfer's) join that transaction through
+`companion`.
 
 States (see the proto for the diagram): SCHEDULED until the window starts, then
 PROVISIONING and ACTIVE; MOVING and DEGRADED when the network changes under it; RELEASED,
@@ -50,7 +52,7 @@ from sdn_app.core.errors import (
     NotFound,
     PermissionDenied,
 )
-from sdn_app.core.ledger import Ledger
+from sdn_app.core.ledger import AlsoWrite, Ledger
 from sdn_app.core.paths import Path, PathFinder, PathRequest, Route
 from sdn_app.core.plans import FlowPlan, IdAllocator, Step, SwitchPlan, plan_for, plan_steps
 from sdn_app.core.topology import Topology
@@ -197,6 +199,9 @@ class ReservationBook:
         self.finder = PathFinder(topology, ledger)
         self.advisor = advisor or RateAdvisor()
         self.host_limits: Callable[[str], HostLimit | None] | None = None  # what a DTN's host can carry
+        # Rows of another table that go with a reservation's row (a transfer's), written in the same
+        # transaction each time the book writes that reservation: None when nothing goes with it.
+        self.companion: Callable[[Reservation], AlsoWrite | None] | None = None
         self.refusals: collections.Counter[str] = collections.Counter()  # admissions refused, by kind
         self._plans: dict[str, FlowPlan] = {}
         self._tokens: dict[str, int] = {}  # reservation -> token of its latest confirmed change
@@ -341,7 +346,7 @@ class ReservationBook:
         reservation = Reservation(f"{self._random.getrandbits(128):032x}", principal.name, request, state, route,
                                   now, now, reason, request_id, labels, fingerprint)
         self.ledger.reserve(route.direction_ids, request.bandwidth, request.start, request.end,
-                            booking_id=reservation.id, also=lambda db: _insert(db, reservation))
+                            booking_id=reservation.id, also=lambda db: self._insert_row(db, reservation))
         self._remember(reservation)
         if state is State.ACTIVE:  # ledger only: confirmed at once
             self._record(None, replace(reservation, state=State.PROVISIONING, reason="window started"))
@@ -408,7 +413,7 @@ class ReservationBook:
             self._commit(old, f"moving failed: {error}", State.DEGRADED)
         else:
             new = replace(old, state=State.FAILED, updated=self.clock.now(), reason=f"provisioning failed: {error}")
-            self.ledger.release(old.id, also=lambda db: _update(db, new))
+            self.ledger.release(old.id, also=lambda db: self._update_row(db, new))
             self._uninstall(old.id)
             self._remember(new)
             self._record(old.state, new)
@@ -460,7 +465,7 @@ class ReservationBook:
     def _commit(self, old: Reservation, reason: str, state: State | None = None) -> Reservation:
         """Give `old` a new reason (and `state`, when given): stored, remembered, one event."""
         new = replace(old, state=old.state if state is None else state, updated=self.clock.now(), reason=reason)
-        self.ledger.write(lambda db: _update(db, new))
+        self.ledger.write(lambda db: self._update_row(db, new))
         self._remember(new)
         self._record(old.state, new)
         return new
@@ -529,7 +534,7 @@ class ReservationBook:
         state = State.MOVING if installed else old.state
         new = replace(old, request=request, route=route, state=state, updated=now, reason=reason)
         self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end, directions=route.direction_ids,
-                           also=lambda db: _update(db, new))
+                           also=lambda db: self._update_row(db, new))
         self._remember(new)
         self._record(old.state, new)
         if installed:
@@ -636,7 +641,7 @@ class ReservationBook:
         else:
             new = replace(old, request=request, updated=self.clock.now(), reason=reason)
             self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end,
-                               also=lambda db: _update(db, new))
+                               also=lambda db: self._update_row(db, new))
             self._remember(new)
             self._record(old.state, new)
             plan = self._plans.get(old.id)
@@ -656,7 +661,7 @@ class ReservationBook:
             return old
         reason = f"released by {principal.name}" + (f": {why}" if why else "")
         new = replace(old, state=State.RELEASED, updated=self.clock.now(), reason=reason)
-        self.ledger.release(old.id, also=lambda db: _update(db, new))
+        self.ledger.release(old.id, also=lambda db: self._update_row(db, new))
         self._remember(new)
         self._record(old.state, new)
         self._uninstall(old.id)
@@ -674,7 +679,7 @@ class ReservationBook:
             if old.state is State.SCHEDULED and old.request.start <= now < old.request.end:
                 state, reason = self._started()
                 new = replace(old, state=state, updated=now, reason=reason)
-                self.ledger.write(lambda db, new=new: _update(db, new))
+                self.ledger.write(lambda db, new=new: self._update_row(db, new))
                 self._remember(new)
                 if state is State.ACTIVE:
                     self._record(State.SCHEDULED, replace(new, state=State.PROVISIONING, reason="window started"))
@@ -690,7 +695,7 @@ class ReservationBook:
 
         def write_all(db: sqlite3.Connection) -> None:
             for new in ended:
-                _update(db, new)
+                self._update_row(db, new)
         if self.ledger.expire(now, also=write_all) == [] and ended:
             self.ledger.write(write_all)  # reservations whose bookings were already gone
         for old, new in zip(sorted(ending, key=lambda r: (r.request.end, r.id)), ended, strict=True):
@@ -744,6 +749,20 @@ class ReservationBook:
         if reservation.request_id:
             self._by_request[(reservation.owner, reservation.request_id)] = reservation.id
 
+    def _insert_row(self, db: sqlite3.Connection, reservation: Reservation) -> None:
+        """Inside a ledger transaction: the new reservation's row, and its companion's rows."""
+        _insert(db, reservation)
+        self._companion_rows(db, reservation)
+
+    def _update_row(self, db: sqlite3.Connection, reservation: Reservation) -> None:
+        """Inside a ledger transaction: the reservation's row as it is now, and its companion's rows."""
+        _update(db, reservation)
+        self._companion_rows(db, reservation)
+
+    def _companion_rows(self, db: sqlite3.Connection, reservation: Reservation) -> None:
+        if self.companion is not None and (write := self.companion(reservation)) is not None:
+            write(db)
+
     def _record(self, previous: State | None, reservation: Reservation) -> None:
         self._sequence += 1
         self._events.append(Event(self._sequence, self.clock.now(), previous, reservation, reservation.reason))
@@ -758,7 +777,7 @@ class ReservationBook:
             if not reservation.state.is_final and reservation.id not in booked and reservation.request.end > now:
                 lost = replace(reservation, state=State.FAILED, updated=now,
                                reason="its booking was missing from the ledger at start-up")
-                self.ledger.write(lambda db, lost=lost: _update(db, lost))
+                self.ledger.write(lambda db, lost=lost: self._update_row(db, lost))
                 self._remember(lost)
                 self._record(reservation.state, lost)
         for booking in booked:

@@ -13,8 +13,28 @@ transfer ended, and the reservation is released then, or at once when anything f
     desk.take_events()                       # JobOffers for the agents, TransferEvents for watchers
 
 Pure: the worker owns it, ticks it (start and stall timeouts) and passes it the book's events.
-Transfers are kept in memory only (a controller restart forgets them; their reservations
-are in the ledger and expire or are released as usual).
+
+Stored with the reservations: every transfer is a row of the `transfers` table in the ledger's
+SQLite file (`transfer_store`), written in the ledger's transactions. A transfer's row is
+written with its reservation's row in one transaction whenever a change touches both (the
+transfer started with its booking; ended with its release; failed because its reservation
+ended), so after a crash at any point a live transfer has a live reservation and an ended one
+a final reservation. Other changes (a state, a side's end) are written as they happen, the
+sender's rates at most every `RATE_WRITE_INTERVAL` seconds.
+
+A desk over a file that holds transfers picks them up (a controller restart):
+- RUNNING: keeps running; its agents keep reporting to the new controller, and their jobs are
+  handed out again to agents that reconnect (an agent runs each side once);
+- STARTING: waits again for the receiver to listen, its RECEIVE job handed out again;
+- RESERVING: starts the receiver when the path is ACTIVE, else waits for the switches to
+  confirm it (the book does that once each switch is reconciled);
+- with its reservation ended or gone, or a DTN the topology no longer has: FAILED with a reason
+  that says the controller restarted, its path released, its agents told to STOP;
+- ended: kept for Get and List (the last `KEEP_ENDED`).
+The timeouts of the transfers picked up count from the restart, and wait up to `RESTART_GRACE`
+for the agent they need to register again (agents are not stored; they register again within a
+heartbeat once their connection is back). A row that cannot be read stops the desk with
+`CorruptRow`, naming the row and the field.
 """
 
 from __future__ import annotations
@@ -26,23 +46,29 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import PurePosixPath
+from typing import Any
 
 from dtn_agent.engines import ENGINES
-from dtn_agent.reports import RateReport
-from sdn_app.core.agents import AgentRegistry, AgentState
+from dtn_agent.reports import Pinning, RateReport, StreamRate
+from sdn_app.core import transfer_store as store
+from sdn_app.core.agents import Agent, AgentRegistry, AgentState
 from sdn_app.core.clock import Clock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from sdn_app.core.ledger import AlsoWrite
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservations import Event, Principal, ReservationBook, Role, State
+from sdn_app.core.reservations import Event, Principal, Reservation, ReservationBook, Role, State
 from sdn_app.core.units import format_bandwidth
 
 START_TIMEOUT = 30.0  # seconds for the path to be installed, and again for the receiver to listen
 STALL_TIMEOUT = 15.0  # seconds without a report from a running sender
+RESTART_GRACE = 150.0  # seconds a transfer picked up at a restart waits for its agent to register again
+RATE_WRITE_INTERVAL = 5.0  # seconds between writes of a running transfer's latest rates
 PACING_SHARE = 0.95  # senders are paced to this share of the booking, so meters never drop
 KEEP_ENDED = 1000  # ended transfers remembered for Get/List
 TRANSFER_LABEL = "tsdn/transfer"
 MAX_STREAMS = 256
 MAX_FILES = 10_000
+_CONTROLLER = Principal("tsdn", Role.ADMIN)  # the desk reading any reservation
 
 
 class TransferState(StrEnum):
@@ -143,6 +169,7 @@ class Transfer:
     checksums_verified: bool | None = None
     sides_done: frozenset[JobRole] = frozenset()
     last_report: float = 0.0  # when the sender last reported (or the sender started)
+    handed: tuple[Job, ...] = ()  # the jobs handed to the agents so far: RECEIVE, then SEND
 
     @property
     def name(self) -> str:
@@ -158,6 +185,11 @@ class Transfer:
     def acting_owner(self) -> Principal:
         """Who the desk acts as on the transfer's reservation (the book checks ownership)."""
         return Principal(self.owner, Role.SERVICE)
+
+    @property
+    def unfinished(self) -> tuple[Job, ...]:
+        """The jobs handed out whose side has not reported its end."""
+        return tuple(job for job in self.handed if job.role not in self.sides_done)
 
 
 @dataclass(frozen=True)
@@ -181,7 +213,11 @@ class JobOffer:
 
 @dataclass
 class TransferDesk:
-    """Every transfer of one controller run; one owner: the core thread."""
+    """Every transfer of the controller's state file; one owner: the core thread.
+
+    Constructing it loads the transfers stored in the book's ledger file and picks up the live
+    ones (see the module's docstring); `CorruptRow` when a stored row cannot be read.
+    """
 
     book: ReservationBook
     agents: AgentRegistry
@@ -192,23 +228,20 @@ class TransferDesk:
     _transfers: OrderedDict[str, Transfer] = field(default_factory=OrderedDict, init=False)
     _by_reservation: dict[str, str] = field(default_factory=dict, init=False)
     _by_request: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
-    _jobs: dict[str, dict[JobRole, Job]] = field(default_factory=dict, init=False)  # live transfers' jobs
     # STOPs of ended transfers, kept (until the side reports its end, or start_timeout) for an agent
     # whose job stream was down when they were offered: (transfer, side) -> (job, until)
     _stops: dict[tuple[str, JobRole], tuple[Job, float]] = field(default_factory=dict, init=False)
+    # Rows to write in the transaction of the reservation's next row (`_companion`): transfer id -> row
+    _staged: dict[str, Transfer] = field(default_factory=dict, init=False)
+    _recovered: dict[str, float] = field(default_factory=dict, init=False)  # picked up at a restart -> when
+    _rates_written: dict[str, float] = field(default_factory=dict, init=False)  # transfer -> when rates were
     _events: list[TransferEvent | JobOffer] = field(default_factory=list, init=False)
     _random: random.Random = field(default_factory=lambda: random.Random(os.urandom(16)), init=False)
 
     def __post_init__(self) -> None:
-        self._release_orphans()
-
-    def _release_orphans(self) -> None:
-        """Release the paths of transfers a controller restart forgot: their agents are told to
-        stop when they next report (the transfer is unknown), and the bandwidth is free again."""
-        for reservation in self.book.snapshot(Principal("tsdn", Role.ADMIN)):
-            if TRANSFER_LABEL in reservation.labels and not reservation.state.is_final:
-                self.book.release(Principal(reservation.owner, Role.SERVICE), reservation.name,
-                                  "its transfer was lost when the controller restarted")
+        self.book.ledger.write(store.create_table)
+        self.book.companion = self._companion
+        self._load()
 
     # -- services ------------------------------------------------------------------------
 
@@ -241,19 +274,25 @@ class TransferDesk:
                 raise FailedPrecondition(f"{side} dtn {dtn}: its agent is {agent.state} ({agent.reason})")
         transfer_id = f"{self._random.getrandbits(128):032x}"
         now = self.clock.now()
-        reservation = self.book.create(
-            principal, PathRequest(spec.src, spec.dst, spec.bandwidth, now, math.inf, spec.policy),
-            labels={TRANSFER_LABEL: transfer_id})
-        transfer = Transfer(transfer_id, principal.name, spec, TransferState.RESERVING,
-                            "installing the path", reservation.id, now, now, request_id)
+        transfer = Transfer(transfer_id, principal.name, spec, TransferState.RESERVING, "installing the path", "",
+                            now, now, request_id)
+        self._staged[transfer_id] = transfer  # its row is written with the reservation's
+        try:
+            reservation = self.book.create(
+                principal, PathRequest(spec.src, spec.dst, spec.bandwidth, now, math.inf, spec.policy),
+                labels={TRANSFER_LABEL: transfer_id})
+        finally:
+            unwritten = self._staged.pop(transfer_id, None)
+        transfer = replace(transfer, reservation_id=reservation.id)
+        if unwritten is not None:  # another desk took the book's companion (tests): write it alone
+            self._write(transfer)
         self._transfers[transfer_id] = transfer
         self._by_reservation[reservation.id] = transfer_id
         if request_id:
             self._by_request[(principal.name, request_id)] = transfer_id
-        self._jobs[transfer_id] = {}
         self._emit(None, transfer, f"path booked: {reservation.name}")
         if reservation.state is State.ACTIVE:  # ledger only: nothing to install
-            self._start_receiver(transfer)
+            self._start_receiver(transfer, f"path ready; starting the receiver on {spec.dst}")
         return self._transfers[transfer_id]
 
     def get(self, principal: Principal, name: str) -> Transfer:
@@ -268,8 +307,11 @@ class TransferDesk:
         return [t for t in reversed(self._transfers.values()) if principal.may_see(t.owner)]
 
     def path(self, transfer: Transfer) -> tuple[str, ...]:
-        """The switches the transfer's reservation crosses now (empty once released)."""
-        reservation = self.book.get(transfer.acting_owner, transfer.reservation)
+        """The switches the transfer's reservation crosses now (empty once released or gone)."""
+        try:
+            reservation = self.book.get(_CONTROLLER, transfer.reservation)
+        except (NotFound, InvalidArgument):
+            return ()
         if reservation.state.is_final or reservation.route is None:
             return ()
         return tuple(hop.switch for hop in reservation.route.primary.hops)
@@ -287,7 +329,8 @@ class TransferDesk:
         """The jobs of live transfers handed to the agent of `dtn` and not yet ended there, and
         the STOPs of recently ended transfers whose side there has not reported its end."""
         self._check_agent(principal, dtn, bound_dtn)
-        live = [job for jobs in self._jobs.values() for job in jobs.values() if job.dtn == dtn]
+        live = [job for transfer in self._transfers.values() if not transfer.state.ended
+                for job in transfer.unfinished if job.dtn == dtn]
         return live + [job for job, _ in self._stops.values() if job.dtn == dtn]
 
     def receiver_ready(self, principal: Principal, dtn: str, name: str, port: int, host: str = "",
@@ -307,11 +350,13 @@ class TransferDesk:
             address = str(self.book.topology.dtns[transfer.spec.dst].ipv4)
             if host and not self.book.provisioning:
                 address = host
-            transfer = self._set(transfer, TransferState.RUNNING, f"receiver listens on {address}:{port}",
-                                 last_report=now)
             pacing = int(transfer.spec.bandwidth * self.emulation_scale * PACING_SHARE)
-            self._offer(Job(transfer.id, JobRole.SEND, transfer.spec.src, transfer.spec,
-                            transfer.reservation, address, port, pacing))
+            send = Job(transfer.id, JobRole.SEND, transfer.spec.src, transfer.spec, transfer.reservation, address,
+                       port, pacing)
+            self._recovered.pop(transfer.id, None)
+            self._set(transfer, TransferState.RUNNING, f"receiver listens on {address}:{port}", last_report=now,
+                      handed=(*transfer.handed, send))
+            self._events.append(JobOffer(send))
         return False, ""
 
     def report(self, principal: Principal, dtn: str, name: str, role: JobRole, report: RateReport,
@@ -321,12 +366,16 @@ class TransferDesk:
         transfer = self._side(principal, dtn, name, role, bound_dtn)
         if transfer.state.ended:
             return True, transfer.reason
-        if role is JobRole.RECEIVE:
-            self._transfers[transfer.id] = replace(transfer, receiver_rate=report)
-            return False, ""
+        _check_rate(report, "rate")
         now = self.clock.now()
+        if role is JobRole.RECEIVE:
+            self._transfers[transfer.id] = transfer = replace(transfer, receiver_rate=report)
+            self._write_rates(transfer, now)
+            return False, ""
+        self._recovered.pop(transfer.id, None)
         transfer = replace(transfer, rate=report, last_report=now, updated=now)
         self._transfers[transfer.id] = transfer
+        self._write_rates(transfer, now)
         self._events.append(TransferEvent(transfer.state, transfer.state, "rate", transfer, now, self.path(transfer)))
         # The book ignores rates while the path is being installed or moved.
         nominal = report.bits_per_second / self.emulation_scale
@@ -342,7 +391,8 @@ class TransferDesk:
         self._stops.pop((transfer.id, role), None)
         if transfer.state.ended:
             return transfer
-        self._jobs.get(transfer.id, {}).pop(role, None)
+        if final is not None:
+            _check_rate(final, "final")
         side = "sender" if role is JobRole.SEND else "receiver"
         if final is not None:
             transfer = replace(transfer, **({"rate": final} if role is JobRole.SEND else {"receiver_rate": final}))
@@ -360,6 +410,8 @@ class TransferDesk:
             verdict = {True: ", checksums verified", False: ", checksums FAILED", None: ""}[
                 transfer.checksums_verified]
             self._end(transfer, TransferState.SUCCEEDED, f"done{achieved}{verdict}")
+        else:
+            self._write(transfer)  # a restart must not hand this side its job again
         return self._transfers[transfer.id]
 
     # -- the worker ----------------------------------------------------------------------
@@ -374,10 +426,9 @@ class TransferDesk:
                 continue
             reservation = event.reservation
             if reservation.state is State.ACTIVE and transfer.state is TransferState.RESERVING:
-                self._start_receiver(transfer)
+                self._start_receiver(transfer, f"path ready; starting the receiver on {transfer.spec.dst}")
             elif reservation.state.is_final:
-                self._end(transfer, TransferState.FAILED,
-                          f"{reservation.name} {reservation.state}: {reservation.reason}", release=False)
+                self._end(transfer, TransferState.FAILED, _path_ended(reservation), release=False)
             elif event.previous not in (None, State.SCHEDULED, State.PROVISIONING):  # moved, degraded...
                 self._emit(transfer.state, transfer, f"path {reservation.state}: {reservation.reason}")
 
@@ -390,8 +441,7 @@ class TransferDesk:
         for transfer in list(self._transfers.values()):
             if transfer.state.ended or now < self._deadline(transfer):
                 continue
-            if transfer.state is TransferState.RUNNING and transfer.rate is None \
-                    and self.agents.lost_reason(transfer.spec.src) is None:
+            if transfer.state is TransferState.RUNNING and transfer.rate is None and self._online(transfer.spec.src):
                 # Its engine reports only at the end (iperf3 before 3.17): while the sender's agent
                 # lives, it will report the end, whatever it is.
                 self._transfers[transfer.id] = replace(transfer, last_report=now)
@@ -402,6 +452,11 @@ class TransferDesk:
                 why = f"the receiver on {transfer.spec.dst} did not listen within {self.start_timeout:g} s"
             else:
                 why = f"no report from the sender on {transfer.spec.src} for {self.stall_timeout:g} s"
+            since, awaited = self._recovered.get(transfer.id), _awaited(transfer)
+            if since is not None:
+                why += f" after the controller restarted {now - since:.0f} s ago"
+                if awaited is not None and self._agent(awaited) is None:
+                    why += f"; the agent of {awaited} has not registered since"
             for dtn in (transfer.spec.src, transfer.spec.dst):
                 lost = self.agents.lost_reason(dtn)
                 if lost is not None:
@@ -422,42 +477,84 @@ class TransferDesk:
 
     def _deadline(self, transfer: Transfer) -> float:
         if transfer.state is TransferState.RUNNING:
-            return transfer.last_report + self.stall_timeout
-        return transfer.updated + self.start_timeout
+            timeout, deadline = self.stall_timeout, transfer.last_report + self.stall_timeout
+        else:
+            timeout, deadline = self.start_timeout, transfer.updated + self.start_timeout
+        since, awaited = self._recovered.get(transfer.id), _awaited(transfer)
+        if since is None or awaited is None:
+            return deadline
+        # Picked up at a restart: the timeout counts from when the agent it waits for is back.
+        agent = self._agent(awaited)
+        back = agent.registered if agent is not None else since + RESTART_GRACE - timeout
+        return max(deadline, back + timeout)
 
-    def _start_receiver(self, transfer: Transfer) -> None:
-        transfer = self._set(transfer, TransferState.STARTING, f"path ready; starting the receiver on "
-                                                               f"{transfer.spec.dst}")
-        self._offer(Job(transfer.id, JobRole.RECEIVE, transfer.spec.dst, transfer.spec,
-                        transfer.reservation))
+    def _agent(self, dtn: str) -> Agent | None:
+        try:
+            return self.agents.get(dtn)
+        except NotFound:
+            return None
 
-    def _offer(self, job: Job) -> None:
-        self._jobs.setdefault(job.transfer_id, {})[job.role] = job
-        self._events.append(JobOffer(job))
+    def _online(self, dtn: str) -> bool:
+        agent = self._agent(dtn)
+        return agent is not None and agent.state is AgentState.ONLINE
+
+    def _start_receiver(self, transfer: Transfer, reason: str) -> None:
+        receive = Job(transfer.id, JobRole.RECEIVE, transfer.spec.dst, transfer.spec, transfer.reservation)
+        self._set(transfer, TransferState.STARTING, reason, handed=(*transfer.handed, receive))
+        self._events.append(JobOffer(receive))
 
     def _end(self, transfer: Transfer, state: TransferState, reason: str, release: bool = True) -> None:
-        for job in self._jobs.pop(transfer.id, {}).values():
-            stop = replace(job, role=JobRole.STOP)
-            self._stops[(transfer.id, job.role)] = (stop, self.clock.now() + self.start_timeout)
-            self._events.append(JobOffer(stop))
-        self._set(transfer, state, reason)
+        """End `transfer`: its row (with the reservation's release, when `release`), STOPs for the
+        sides handed a job that have not ended, an event, and room for it among the ended."""
+        now = self.clock.now()
+        path = self.path(transfer)
+        ended = replace(transfer, state=state, reason=reason, updated=now)
+        unwritten: Transfer | None = ended
         if release:
-            self.book.release(transfer.acting_owner, transfer.reservation)
-        ended = [t for t in self._transfers.values() if t.state.ended]
-        for old in ended[:max(0, len(ended) - KEEP_ENDED)]:
-            del self._transfers[old.id]
-            self._by_reservation.pop(old.reservation_id, None)
-            self._by_request.pop((old.owner, old.request_id), None)
+            self._staged[transfer.id] = ended  # written in the release's transaction
+            try:
+                self.book.release(transfer.acting_owner, transfer.reservation)
+            finally:
+                unwritten = self._staged.pop(transfer.id, None)
+        if unwritten is not None:  # the reservation was final already
+            self._write(ended)
+        for job in transfer.unfinished:
+            stop = replace(job, role=JobRole.STOP)
+            self._stops[(transfer.id, job.role)] = (stop, now + self.start_timeout)
+            self._events.append(JobOffer(stop))
+        self._transfers[transfer.id] = ended
+        self._recovered.pop(transfer.id, None)
+        self._rates_written.pop(transfer.id, None)
+        self._emit(transfer.state, ended, reason, path)
+        self._forget_oldest_ended()
 
-    def _set(self, transfer: Transfer, state: TransferState, reason: str, **changes: object) -> Transfer:
+    def _forget_oldest_ended(self) -> None:
+        ended = [t for t in self._transfers.values() if t.state.ended]
+        old = ended[:max(0, len(ended) - KEEP_ENDED)]
+        if not old:
+            return
+        self.book.ledger.write(lambda db: store.delete(db, [t.id for t in old]))
+        for transfer in old:
+            self._forget(transfer)
+
+    def _forget(self, transfer: Transfer) -> None:
+        del self._transfers[transfer.id]
+        self._by_reservation.pop(transfer.reservation_id, None)
+        self._by_request.pop((transfer.owner, transfer.request_id), None)
+        for role in (JobRole.RECEIVE, JobRole.SEND):
+            self._stops.pop((transfer.id, role), None)
+
+    def _set(self, transfer: Transfer, state: TransferState, reason: str, **changes: Any) -> Transfer:
         new = replace(transfer, state=state, reason=reason, updated=self.clock.now(), **changes)
+        self._write(new)
         self._transfers[new.id] = new
         self._emit(transfer.state, new, reason)
         return new
 
-    def _emit(self, previous: TransferState | None, transfer: Transfer, reason: str) -> None:
+    def _emit(self, previous: TransferState | None, transfer: Transfer, reason: str,
+              path: tuple[str, ...] | None = None) -> None:
         self._events.append(TransferEvent(previous, transfer.state, reason, transfer, self.clock.now(),
-                                          self.path(transfer)))
+                                          self.path(transfer) if path is None else path))
 
     def _side(self, principal: Principal, dtn: str, name: str, role: JobRole, bound_dtn: str | None) -> Transfer:
         self._check_agent(principal, dtn, bound_dtn)
@@ -475,3 +572,203 @@ class TransferDesk:
                                    "take jobs and report transfers")
         if principal.role is Role.AGENT and bound_dtn is not None and dtn != bound_dtn:
             raise PermissionDenied(f"{principal.name}'s token is bound to dtn {bound_dtn!r}, not {dtn!r}")
+
+    # -- the state file ------------------------------------------------------------------
+
+    def _write(self, transfer: Transfer) -> None:
+        """Store `transfer` in a transaction of its own."""
+        row = _row(transfer)
+        self.book.ledger.write(lambda db: store.save(db, row))
+
+    def _write_rates(self, transfer: Transfer, now: float) -> None:
+        """Store a running transfer's latest rates, at most every RATE_WRITE_INTERVAL seconds."""
+        if now - self._rates_written.get(transfer.id, -math.inf) >= RATE_WRITE_INTERVAL:
+            self._write(transfer)
+            self._rates_written[transfer.id] = now
+
+    def _companion(self, reservation: Reservation) -> AlsoWrite | None:
+        """The book writes `reservation`'s row: the transfer's row to write in the same transaction.
+
+        A row the desk staged (a transfer starting, or ending with its release); or, when the
+        reservation of a live transfer ends by itself (released by its owner, expired, failed),
+        the transfer FAILED, as `observe` will record it."""
+        transfer_id = reservation.labels.get(TRANSFER_LABEL)
+        if transfer_id is None:
+            return None
+        transfer = self._staged.pop(transfer_id, None)
+        if transfer is not None:
+            transfer = replace(transfer, reservation_id=reservation.id)
+        else:
+            live = self._transfers.get(transfer_id)
+            if live is None or live.state.ended or not reservation.state.is_final:
+                return None
+            transfer = replace(live, state=TransferState.FAILED, reason=_path_ended(reservation),
+                               updated=self.clock.now())
+        row = _row(transfer)
+        return lambda db: store.save(db, row)
+
+    def _load(self) -> None:
+        """Read the stored transfers and pick up the live ones (a controller restart)."""
+        now = self.clock.now()
+        loaded = [_transfer_from(stored) for stored in store.load(self.book.ledger)]  # all read before any change
+        ended = [t for t in loaded if t.state.ended]
+        old = {t.id for t in ended[:max(0, len(ended) - KEEP_ENDED)]}
+        if old:
+            self.book.ledger.write(lambda db: store.delete(db, old))
+        for transfer in loaded:
+            if transfer.id in old:
+                continue
+            self._transfers[transfer.id] = transfer
+            self._by_reservation[transfer.reservation_id] = transfer.id
+            if transfer.request_id:
+                self._by_request[(transfer.owner, transfer.request_id)] = transfer.id
+            if transfer.state.ended and transfer.updated + self.start_timeout > now:
+                for job in transfer.unfinished:  # STOPs it may not have delivered before the restart
+                    stop = replace(job, role=JobRole.STOP)
+                    self._stops[(transfer.id, job.role)] = (stop, transfer.updated + self.start_timeout)
+        for reservation in self.book.snapshot(_CONTROLLER):
+            if TRANSFER_LABEL not in reservation.labels or reservation.state.is_final:
+                continue
+            owner = self._transfers.get(self._by_reservation.get(reservation.id, ""))
+            if owner is None or owner.state.ended:  # a file from before transfers were stored
+                self.book.release(Principal(reservation.owner, Role.SERVICE), reservation.name,
+                                  "its transfer was lost when the controller restarted")
+        for transfer in [t for t in self._transfers.values() if not t.state.ended]:
+            self._pick_up(transfer, now)
+
+    def _pick_up(self, transfer: Transfer, now: float) -> None:
+        """Continue a live transfer found at start-up, or end it saying why it cannot go on."""
+        try:
+            reservation: Reservation | None = self.book.get(_CONTROLLER, transfer.reservation)
+        except NotFound:
+            reservation = None
+        if reservation is None or reservation.state.is_final:
+            found = "no longer exists" if reservation is None else f"{reservation.state}: {reservation.reason}"
+            self._end(transfer, TransferState.FAILED,
+                      f"the controller restarted and found its path {transfer.reservation} {found}", release=False)
+            return
+        gone = [dtn for dtn in (transfer.spec.src, transfer.spec.dst) if dtn not in self.book.topology.dtns]
+        if gone:
+            self._end(transfer, TransferState.FAILED, f"the controller restarted on topology "
+                                                      f"{self.book.topology.name}, which has no dtn {', '.join(gone)}")
+            return
+        self._recovered[transfer.id] = now
+        if transfer.state is TransferState.RUNNING:
+            self._transfers[transfer.id] = replace(transfer, last_report=now)
+        elif transfer.state is TransferState.STARTING:
+            self._set(transfer, TransferState.STARTING,
+                      f"the controller restarted; waiting for the receiver on {transfer.spec.dst} to listen")
+        elif reservation.state is State.ACTIVE:
+            self._start_receiver(transfer, f"the controller restarted; path ready: starting the receiver on "
+                                           f"{transfer.spec.dst}")
+        else:
+            self._set(transfer, TransferState.RESERVING,
+                      f"the controller restarted; waiting for the path ({reservation.name} {reservation.state})")
+
+
+def _awaited(transfer: Transfer) -> str | None:
+    """The DTN whose agent a live transfer waits for: the sender's while RUNNING, the receiver's
+    while STARTING (None while RESERVING: the switches)."""
+    if transfer.state is TransferState.RUNNING:
+        return transfer.spec.src
+    if transfer.state is TransferState.STARTING:
+        return transfer.spec.dst
+    return None
+
+
+def _check_rate(report: RateReport, what: str) -> None:
+    """InvalidArgument naming the first number of `report` that is not finite (none is stored)."""
+    numbers = {"start": report.start, "end": report.end, "bits_per_second": report.bits_per_second,
+               "rtt_ms": report.rtt_ms, "cpu_percent": report.cpu_percent}
+    for stream in report.streams:
+        numbers |= {f"streams[{stream.stream}].bits_per_second": stream.bits_per_second,
+                    f"streams[{stream.stream}].rtt_ms": stream.rtt_ms}
+    for key, value in numbers.items():
+        if value is not None and not math.isfinite(value):
+            raise InvalidArgument(f"{what}.{key}: must be a finite number, got {value}")
+
+
+def _path_ended(reservation: Reservation) -> str:
+    """Why a transfer failed when its reservation ended under it."""
+    return f"{reservation.name} {reservation.state}: {reservation.reason}"
+
+
+# -- rows of the transfers table ----------------------------------------------------------------
+
+
+def _row(t: Transfer) -> store.Row:
+    """The stored form of a transfer."""
+    s = t.spec
+    body = {
+        "id": t.id, "owner": t.owner, "request_id": t.request_id, "reservation_id": t.reservation_id,
+        "state": t.state.value, "reason": t.reason, "created": t.created, "updated": t.updated,
+        "spec": {"src": s.src, "dst": s.dst, "bandwidth": s.bandwidth, "size": s.size, "files": list(s.files),
+                 "destination": s.destination, "streams": s.streams, "engine": s.engine, "policy": s.policy},
+        "rate": _rate_json(t.rate), "receiver_rate": _rate_json(t.receiver_rate),
+        "checksums_verified": t.checksums_verified, "sides_done": sorted(role.value for role in t.sides_done),
+        "last_report": t.last_report,
+        "handed": [{"role": j.role.value, "peer_host": j.peer_host, "peer_port": j.peer_port,
+                    "pacing_bps": j.pacing_bps} for j in t.handed],
+    }
+    return store.Row(t.id, t.owner, t.request_id, t.reservation_id, t.state.value, body)
+
+
+def _rate_json(r: RateReport | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    p = r.pinning
+    return {"transfer_id": r.transfer_id, "engine": r.engine, "start": r.start, "end": r.end,
+            "bits_per_second": r.bits_per_second, "bytes_total": r.bytes_total,
+            "streams": [{"stream": s.stream, "bits_per_second": s.bits_per_second, "bytes_total": s.bytes_total,
+                         "retransmits": s.retransmits, "rtt_ms": s.rtt_ms} for s in r.streams],
+            "retransmits": r.retransmits, "rtt_ms": r.rtt_ms, "cpu_percent": r.cpu_percent,
+            "pinning": {"cpus": list(p.cpus), "numa_node": p.numa_node, "method": p.method, "note": p.note},
+            "final": r.final}
+
+
+def _transfer_from(stored: store.Stored) -> Transfer:
+    """The transfer of a stored row; `CorruptRow` naming the field that cannot be read."""
+    f = stored.fields
+    if f.text("id") != stored.id:
+        f.bad("id", f"{f.text('id')!r} is not the row's id")
+    s = f.child("spec")
+    assert s is not None
+    spec = TransferSpec(src=s.text("src"), dst=s.text("dst"), bandwidth=s.integer("bandwidth"),
+                        size=s.integer("size", optional=True), files=s.texts("files"),
+                        destination=s.text("destination"), streams=s.integer("streams"), engine=s.text("engine"),
+                        policy=s.text("policy"))
+    state = TransferState(f.choice("state", TransferState))
+    reservation_id = f.text("reservation_id")
+    handed = []
+    for h in f.children("handed"):
+        role = JobRole(h.choice("role", (JobRole.RECEIVE, JobRole.SEND)))
+        handed.append(Job(stored.id, role, spec.dst if role is JobRole.RECEIVE else spec.src, spec,
+                          f"reservations/{reservation_id}", h.text("peer_host"), h.integer("peer_port"),
+                          h.integer("pacing_bps", optional=True)))
+    sides = f.texts("sides_done")
+    for side in sides:
+        if side not in (JobRole.RECEIVE, JobRole.SEND):
+            f.bad("sides_done", f"{side!r} is not RECEIVE or SEND")
+    return Transfer(
+        id=stored.id, owner=f.text("owner"), spec=spec, state=state, reason=f.text("reason"),
+        reservation_id=reservation_id, created=f.number("created"), updated=f.number("updated"),
+        request_id=f.text("request_id"), rate=_rate_from(f.child("rate", optional=True)),
+        receiver_rate=_rate_from(f.child("receiver_rate", optional=True)),
+        checksums_verified=f.flag("checksums_verified", optional=True),
+        sides_done=frozenset(JobRole(side) for side in sides), last_report=f.number("last_report"),
+        handed=tuple(handed))
+
+
+def _rate_from(f: store.Fields | None) -> RateReport | None:
+    if f is None:
+        return None
+    p = f.child("pinning")
+    assert p is not None
+    pinning = Pinning(p.integers("cpus"), p.integer("numa_node", optional=True), p.text("method"), p.text("note"))
+    streams = tuple(StreamRate(s.integer("stream"), s.number("bits_per_second"), s.integer("bytes_total"),
+                               s.integer("retransmits", optional=True), s.number("rtt_ms", optional=True))
+                    for s in f.children("streams"))
+    return RateReport(f.text("transfer_id"), f.text("engine"), f.number("start"), f.number("end"),
+                      f.number("bits_per_second"), f.integer("bytes_total"), streams,
+                      f.integer("retransmits", optional=True), f.number("rtt_ms", optional=True),
+                      f.number("cpu_percent", optional=True), pinning, f.flag("final"))
