@@ -3,10 +3,13 @@ protocol errors and rate reports."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
+import random
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -14,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dtn_agent.engines import TransferJob
-from dtn_agent.engines.builtin import BuiltinEngine, receive_in_thread
+from dtn_agent.engines import TransferJob, builtin_protocol
+from dtn_agent.engines.builtin import BuiltinEngine, _Chunk, _ChunkQueue, receive_in_thread
 from dtn_agent.engines.builtin_protocol import (
     HEADER,
     MAGIC,
@@ -23,6 +26,7 @@ from dtn_agent.engines.builtin_protocol import (
     JobHeader,
     MessageType,
     ProtocolError,
+    adler32,
     adler32_combine,
     decode_header,
     decode_payload,
@@ -284,3 +288,115 @@ def test_adler32_combine_matches_zlib() -> None:
     assert adler32_combine(zlib.adler32(b"ab"), zlib.adler32(b""), 0) == zlib.adler32(b"ab")
     assert file_adler32([], 0, 70_000) == zlib.adler32(b"")
     assert json.loads(encode(MessageType.ERROR, {"error": "x"})[HEADER.size:]) == {"error": "x"}
+
+
+# -- adler32: zlib-ng's where installed, always zlib's values ---------------------------------
+
+ADLER_SIZES = [0, 1, 2, 3, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 5551, 5552, 5553, 65535, 65536, 65537,
+               (1 << 20) + 3, 3 * (1 << 20) - 1]
+
+
+def test_the_engine_uses_zlib_ngs_adler32() -> None:
+    from zlib_ng import zlib_ng  # a declared dependency
+
+    assert adler32 is zlib_ng.adler32
+
+
+@pytest.mark.parametrize("size", ADLER_SIZES)
+def test_adler32_values_are_zlibs(size: int) -> None:
+    rng = random.Random(size)
+    data = rng.randbytes(size)
+    assert adler32(data) == zlib.adler32(data)
+    for start in (0, 1, 0xFFF0FFF0, rng.getrandbits(32)):  # a running value, as the sender carries per piece
+        assert adler32(data, start) == zlib.adler32(data, start)
+    view = memoryview(bytearray(b"\xff" + data + b"\xff"))[1:-1]  # a slice at an odd address, as recv_into fills
+    assert adler32(view) == zlib.adler32(data)
+    assert adler32(bytes(size) + b"\xff" * size) == zlib.adler32(bytes(size) + b"\xff" * size)  # sums that wrap
+
+
+def test_adler32_of_pieces_and_of_chunks_is_the_whole_files() -> None:
+    rng = random.Random(7)
+    for _ in range(20):
+        data = rng.randbytes(rng.randrange(0, 400_000))
+        chunk = rng.choice([4096, 65_536, 70_001, 1 << 20])
+        piece = rng.randrange(1, chunk + 1)
+        sums = []
+        for offset in range(0, len(data), chunk):
+            running = adler32(b"")
+            for start in range(offset, min(offset + chunk, len(data)), piece):
+                running = adler32(data[start:min(start + piece, offset + chunk, len(data))], running)
+            sums.append(running)
+        assert file_adler32(sums, len(data), chunk) == zlib.adler32(data)
+
+
+def test_without_zlib_ng_the_protocol_falls_back_to_zlibs_adler32(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "zlib_ng", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "zlib_ng.zlib_ng", None)
+    spec = importlib.util.spec_from_file_location("protocol_without_zlib_ng", builtin_protocol.__file__)
+    assert spec is not None and spec.loader is not None
+    fallback = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, fallback)  # its dataclasses look themselves up there
+    spec.loader.exec_module(fallback)
+    assert fallback.adler32 is zlib.adler32
+    data = random.Random(3).randbytes(300_001)
+    sums = [fallback.adler32(data[i:i + 65_536]) for i in range(0, len(data), 65_536)]
+    assert fallback.file_adler32(sums, len(data), 65_536) == file_adler32(sums, len(data), 65_536) == adler32(data)
+
+
+def test_corruption_is_detected_in_a_chunk_of_odd_size(tmp_path: Path) -> None:
+    data = random.Random(5).randbytes(2 * CHUNK + 4097)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "odd.bin").write_bytes(data)
+    destination = tmp_path / "dst"
+    sent, received = transfer(BuiltinEngine(chunk_size=CHUNK, corrupt_at=("odd.bin", 2 * CHUNK + 4096)),
+                              BuiltinEngine(chunk_size=CHUNK), 2, files=(tmp_path / "src" / "odd.bin",),
+                              destination=destination)
+    assert not received.ok and f"checksum mismatch in 'odd.bin' at offset {2 * CHUNK} (4097 bytes)" in received.error
+    assert not sent.ok and not (destination / "odd.bin").exists()
+
+
+# -- which chunk each disk stream sends -------------------------------------------------------
+
+
+def test_streams_take_chunks_of_different_files_while_there_are_enough() -> None:
+    chunks = [_Chunk(f, c) for f in range(4) for c in range(3)]
+    queue = _ChunkQueue(chunks)
+    first, second = queue.take(None), queue.take(None)
+    assert first is not None and second is not None and first.file_index != second.file_index
+    taken: list[_Chunk] = [first, second]
+    on = {0: first, 1: second}  # stream -> its current chunk
+    stream = 0
+    while queue.left:
+        chunk = queue.take(on[stream].file_index)
+        assert chunk is not None
+        assert chunk.file_index != on[1 - stream].file_index
+        taken.append(chunk)
+        on[stream] = chunk
+        stream = 1 - stream
+    assert queue.take(on[0].file_index) is None and queue.taken == len(chunks)
+    assert sorted(taken, key=lambda c: (c.file_index, c.index)) == chunks  # each chunk once
+    for file_index in range(4):  # and each file's chunks in order
+        assert [c.index for c in taken if c.file_index == file_index] == [0, 1, 2]
+
+
+def test_streams_share_a_file_when_there_are_fewer_files_than_streams() -> None:
+    queue = _ChunkQueue([_Chunk(0, c) for c in range(4)] + [_Chunk(1, 0)])
+    got = [queue.take(None) for _ in range(3)]
+    assert [(c.file_index, c.index) for c in got if c is not None] == [(0, 0), (1, 0), (0, 1)]
+    assert queue.take(0) == _Chunk(0, 2) and queue.take(0) == _Chunk(0, 3)
+    assert queue.take(0) is None and not queue.left
+
+
+def test_many_files_over_several_streams_all_arrive(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    contents = {f"many/f{i:02}.bin": rng.randbytes(rng.randrange(0, 3 * CHUNK)) for i in range(12)}
+    for name, data in contents.items():
+        (tmp_path / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / name).write_bytes(data)
+    destination = tmp_path / "dst"
+    sent, received = transfer(BuiltinEngine(chunk_size=CHUNK), BuiltinEngine(chunk_size=CHUNK), 3,
+                              files=(tmp_path / "src" / "many",), destination=destination)
+    assert sent.ok and received.ok, (sent.error, received.error)
+    assert sorted(received.files) == sorted(contents)
+    for name, data in contents.items():
+        assert (destination / name).read_bytes() == data

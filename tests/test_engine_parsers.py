@@ -1,8 +1,9 @@
 """The external engines' output parsers (iperf3, FDT, perftest), command lines and drivers.
 
-Parsers read real iperf3 3.12 output captured on loopback and documented-format samples for the
-tools that cannot run here (tests/data/engines/README.md). The iperf3 driver runs end to end
-on 127.0.0.1.
+Parsers read real iperf3 3.12 and FDT 0.27.0 output captured on loopback (tests/data/engines/,
+tests/data/fdt/) and documented-format samples for perftest, which cannot run here
+(tests/data/engines/README.md). The iperf3 driver runs end to end on 127.0.0.1; the FDT driver
+replays real FDT output (the real jar runs in tests/test_fdt_transfers.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,12 @@ import pytest
 from benchmarks.report import free_port
 from dtn_agent.engines import fdt, iperf3, process, rdma
 from dtn_agent.pinning import PinningPlan
-from dtn_agent.reports import Pinning, RateReport
+from dtn_agent.reports import Pinning, RateReport, TransferResult
 from tests.waiting import wait_for
 
 DATA = Path(__file__).parent / "data" / "engines"
+FDT_DATA = Path(__file__).parent / "data" / "fdt"
+MiB = 1 << 20
 needs_iperf3 = pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 is not installed")
 
 
@@ -299,81 +303,148 @@ def test_fdt_units(number, unit, bps):
     assert fdt.parse_rate(number, unit) == pytest.approx(bps)
 
 
-def test_fdt_line():
-    line = fdt.parse_line("21/11 10:15:22\tNet Out: 66.875 Gb/s\tAvg: 55.997 Gb/s 74.61% ( 07s )")
-    assert line is not None and line.direction == "out"
-    assert line.bits_per_second == pytest.approx(66.875e9) and line.avg_bits_per_second == pytest.approx(55.997e9)
-    assert fdt.parse_line("... Net In: 9.234 Gb/s Avg: 8.123 Gb/s ...").direction == "in"
-    assert fdt.parse_line("FDT started in client mode") is None
+def fdt_output(name: str) -> str:
+    """Real FDT 0.27.0 output (tests/data/fdt/README.md)."""
+    return (FDT_DATA / name).read_text()
 
 
-def test_fdt_client_output():
-    *intervals, final = fdt.parse_output(read("fdt_client_net_out.txt"), "f1")
-    assert len(intervals) == 6 and final.final and all(r.engine == "fdt" for r in intervals)
-    assert [round(r.bits_per_second / 1e9, 3) for r in intervals[:2]] == [9.234, 67.822]
-    assert [(r.start, r.end) for r in intervals[:3]] == [(0, 5), (5, 10), (10, 15)]
-    assert intervals[-1].end == 30
-    assert intervals[1].bytes_total == int(38.528e9 * 10 / 8)  # FDT's average since the start
-    # the final statistics block: TotalBytes over Started..Ended (32 s)
-    assert final.bytes_total == 217061847040 and final.end == 32
-    assert final.bits_per_second == pytest.approx(217061847040 * 8 / 32)
-
-
-def test_fdt_final_stats_block():
-    parser = fdt.FdtParser("t")
-    for line in read("fdt_client_net_out.txt").splitlines():
+def fdt_parse(name: str, report_period: float) -> fdt.FdtParser:
+    parser = fdt.FdtParser("t", report_period=report_period)
+    for line in fdt_output(name).splitlines():
         parser.feed_line(line)
-    assert parser.exit_ok is True
-    assert parser.final_stats["TotalNetworkBytes"] == "217061847040"
-    bad = fdt.FdtParser("t")
-    for line in read("fdt_client_not_ok.txt").splitlines():
-        bad.feed_line(line)
-    assert bad.exit_ok is False
-    assert any("No space left on device" in e for e in bad.errors)
-    final = bad.finish()
-    assert final.bytes_total == 7812500000 and final.end == 12  # CET dates: the zone name is ignored
+    return parser
 
 
-def test_fdt_without_final_stats_uses_the_last_average():
-    text = read("fdt_client_net_out.txt").partition("FDTReaderSession")[0]
-    final = fdt.parse_output(text, "t")[-1]
-    assert final.end == 30 and final.bytes_total == int(57.883e9 * 30 / 8)
-    assert final.bits_per_second == pytest.approx(57.883e9, rel=1e-6)
+def test_fdt_line():
+    line = fdt.parse_line("2026-11-23 18:14:50 INFO lia.util.net.copy.monitoring.ConsoleReportingTask reportStatus "
+                          "Net Out: 9.756 Gb/s\tAvg: 9.756 Gb/s")
+    assert line is not None and line.direction == "out" and not line.total and line.session is None
+    assert line.bits_per_second == pytest.approx(9.756e9) and line.avg_bits_per_second == pytest.approx(9.756e9)
+    assert line.timestamp == datetime(2026, 11, 23, 18, 14, 50, tzinfo=UTC).timestamp()
+    one = fdt.parse_line("2c881cf0-89e0-4cb2-96b7-d581807374d5Net In: 5.824 Gb/s\tAvg: 4.241 Gb/s")
+    assert one is not None and one.session == "2c881cf0-89e0-4cb2-96b7-d581807374d5" and one.direction == "in"
+    total = fdt.parse_line("Total Net In: 10.767 Gb/s")
+    assert total is not None and total.total and total.avg_bits_per_second is None and total.timestamp is None
+    assert fdt.parse_line("2026-11-23 18:15:29 INFO lia.util.net.common.Config <init> FDT started in client") is None
+    with pytest.raises(fdt.FdtError, match=r"cannot read FDT rate line .*Net Out: 1,2,3 Gb/s.*not group thousands"):
+        fdt.parse_line("2026-11-23 18:14:50 INFO x reportStatus Net Out: 1,2,3 Gb/s\tAvg: 1 Gb/s")
 
 
-def test_fdt_server_output_in_a_decimal_comma_locale():
-    *intervals, final = fdt.parse_output(read("fdt_server_net_in_de_locale.txt"), "f2")
-    assert [round(r.bits_per_second / 1e6, 1) for r in intervals] == [8117.0, 67822.0, 950.5]
-    assert final.bits_per_second == pytest.approx(25.63e9)
+def test_fdt_memory_sender_one_second_reports_and_final_statistics():
+    parser = fdt_parse("mem-P2-reportDelay1-client.txt", report_period=1)
+    reports = parser.reports
+    assert [(r.start, r.end) for r in reports] == [(0, 1), (1, 2)]  # then 0 b/s while FDT winds down: no report
+    assert [r.bits_per_second for r in reports] == pytest.approx([18.062e9, 3.478e9])
+    assert reports[-1].bytes_total == int((18.062e9 + 3.478e9) / 8)
+    assert parser.exit_ok is True and parser.sessions_ended == {"83adf823-c47a-43f9-a41e-e780a3c28c90"}
+    final = parser.finish()
+    # TotalBytes, over the session's start and end in its transfer-log record (ms), not the rates' guess
+    assert final.final and final.bytes_total == 3_000_000_000
+    assert final.end == pytest.approx(6.147) and final.bits_per_second == pytest.approx(3e9 * 8 / 6.147)
 
 
-def test_fdt_report_period_from_timestamps_and_without():
-    lines = "01/01 00:00:02\tNet Out: 1 Gb/s\tAvg: 1 Gb/s\n01/01 00:00:04\tNet Out: 1 Gb/s\tAvg: 1 Gb/s\n"
-    reports = fdt.parse_output(lines, "t", report_period=2.0)
-    assert [(r.start, r.end) for r in reports[:-1]] == [(0, 2), (2, 4)]
-    untimed = fdt.parse_output("Net Out: 1 Gb/s Avg: 1 Gb/s\nNet Out: 1 Gb/s Avg: 1 Gb/s\n", "t", report_period=3.0)
-    assert untimed[-1].end == 6
+def test_fdt_memory_receiver_adds_its_sessions():
+    parser = fdt_parse("mem-P2-reportDelay1-server.txt", report_period=1)
+    assert [r.bits_per_second for r in parser.reports] == pytest.approx([9.052e9, 14.772e9])
+    assert len(parser.final_stats) == 2  # the session that handed out the data port, and the data's
+    assert sorted(s["TotalBytes"] for s in parser.final_stats.values()) == ["0", "3000000000"]
+    final = parser.finish()
+    assert parser.exit_ok is True and final.bytes_total == 3_000_000_000 and final.end == pytest.approx(7.946)
 
 
-def test_fdt_multiple_sessions_use_the_total_line():
-    text = (
-        "21/11 10:00:05\t2 active sessions:\n"
-        "s1Net Out: 1.000 Gb/s\tAvg: 1.000 Gb/s\n"
-        "s2Net Out: 2.000 Gb/s\tAvg: 2.000 Gb/s\n"
-        "Total Net Out: 3.000 Gb/s\tAvg: 3.000 Gb/s\n"
-    )
-    *intervals, _final = fdt.parse_output(text, "t")
-    assert [r.bits_per_second for r in intervals] == [pytest.approx(3e9)]
+def test_fdt_intervals_come_from_the_timestamps_whatever_the_period():
+    # a 1 s period read by a parser told FDT's default of 5 s: only the first interval is a guess
+    reports = fdt_parse("nettest-P2-reportDelay1-client.txt", report_period=5).reports
+    assert [(r.start, r.end) for r in reports[:3]] == [(0, 5), (5, 6), (6, 7)]
+    right = fdt_parse("nettest-P2-reportDelay1-client.txt", report_period=1).reports
+    assert [r.end for r in right] == list(range(1, 10))
+    assert right[-1].bytes_total == pytest.approx(10.803e9 * 9 / 8, rel=1e-3)  # FDT's own average, 9 s
+    slow = fdt_parse("nettest-P1-server.txt", report_period=5).reports  # FDT's default period
+    assert [(r.start, r.end) for r in slow] == [(0, 5), (5, 10)]
+    untimed = fdt.parse_output("Net Out: 1 Gb/s\tAvg: 1 Gb/s\nNet Out: 1 Gb/s\tAvg: 1 Gb/s\n", "t", report_period=3)
+    assert [(r.start, r.end) for r in untimed[:-1]] == [(0, 3), (3, 6)]
 
 
-def test_fdt_argv_and_numactl_wrapping():
+def test_fdt_files_sender_and_receiver_final_statistics():
+    *intervals, final = fdt.parse_output(fdt_output("file1G-P4-client.txt"), "f1")
+    assert [round(r.bits_per_second / 1e6, 3) for r in intervals] == [523.477]  # one 5 s report, after the data
+    assert final.bytes_total == 1 << 30 and final.end == pytest.approx(9.371)
+    *intervals, final = fdt.parse_output(fdt_output("file1G-P4-server.txt"), "f1")
+    assert final.bytes_total == 1 << 30 and final.end == pytest.approx(10.619)
+    assert [round(r.bits_per_second / 1e9, 3) for r in intervals] == [1.356]
+
+
+def test_fdt_receiver_of_several_sessions_reports_their_total():
+    parser = fdt_parse("mem-2sessions-server.txt", report_period=1)
+    rates = [round(r.bits_per_second / 1e9, 3) for r in parser.reports]
+    assert rates[:8] == [0.0, 5.764, 6.556, 6.279, 6.798, 10.767, 9.074, 11.125]  # the "Total Net In" lines
+    assert [r.end for r in parser.reports] == list(range(1, len(rates) + 1))
+    final = parser.finish()
+    assert parser.exit_ok is True and len(parser.sessions_ended) == 2
+    assert final.bytes_total == 13_000_000_000  # 8 GB and 5 GB in two sessions at once
+    assert parser.reports[-1].bytes_total == pytest.approx(13e9, rel=0.05)
+
+
+def test_fdt_output_in_a_decimal_comma_locale():
+    parser = fdt_parse("mem-P1-de-client.txt", report_period=1)  # levels are "INFORMATION" there
+    assert [r.bits_per_second for r in parser.reports] == pytest.approx([6.208e9, 7.119e9, 7.046e9, 1.522e9])
+    assert parser.exit_ok is True and parser.finish().bytes_total == 3_000_000_000
+
+
+def test_fdt_failures_keep_what_fdt_said():
+    receiver = fdt_parse("nettest-P2-reportDelay1-server.txt", report_period=1)
+    assert receiver.exit_ok is False
+    assert any("ControlChannel is down" in e for e in receiver.errors)
+    assert receiver.finish().bytes_total == receiver.reports[-1].bytes_total > 0  # a -nettest receiver counts 0
+    refused = fdt_parse("client-refused.txt", report_period=1)
+    assert refused.exit_ok is None and not refused.reports
+    assert "Caused by: java.net.ConnectException: Connection refused" in refused.errors
+    trap = fdt_parse("client-no-source.txt", report_period=1)  # "-noupdates" just before the file name
+    assert "Caused by: java.lang.IllegalArgumentException: No source specified" in trap.errors
+
+
+def test_fdt_receiver_checks_files_against_the_senders_md5(tmp_path):
+    # the real output of a `-md5` transfer of events.bin and empty.dat into /tmp/fdtw/dest4/raw, replayed
+    # as if it had written into tmp_path
+    text = fdt_output("files-md5-server.txt").replace("/tmp/fdtw/dest4/raw", str(tmp_path))
+    parser = fdt.FdtParser("t", report_period=1)
+    for line in text.splitlines():
+        parser.feed_line(line)
+    events, empty = tmp_path / "events.bin", tmp_path / "empty.dat"
+    assert parser.files_done == {str(empty): "OK", str(events): "OK"}
+    assert parser.md5_sums == {str(events): "876ec8de7919cb0eb8743f31d35b1e96"}  # none for an empty file
+    assert parser.exit_ok is True and parser.finish().bytes_total == 3 * MiB + 17
+    empty.write_bytes(b"")
+    events.write_bytes(b"?")
+    assert fdt.verify_received(parser) == ((str(empty), str(events)), f"checksum mismatch: {events} has MD5 "
+                                           f"{fdt.md5_of(events)} here, 876ec8de7919cb0eb8743f31d35b1e96 at the sender")
+    parser.md5_sums[str(events)] = fdt.md5_of(events)
+    assert fdt.verify_received(parser) == ((str(empty), str(events)), "")
+    del parser.md5_sums[str(events)]
+    assert "the sender gave no MD5 for" in fdt.verify_received(parser)[1]
+    events.unlink()
+    parser.md5_sums[str(events)] = "876ec8de7919cb0eb8743f31d35b1e96"
+    assert "cannot read" in fdt.verify_received(parser)[1]
+
+
+def test_fdt_bad_final_statistics_are_named():
+    text = fdt_output("mem-P2-reportDelay1-client.txt").replace("TotalBytes: 3000000000", "TotalBytes: 3e9")
+    with pytest.raises(fdt.FdtError, match=r"final statistics of session 83adf823.*TotalBytes '3e9' is not a number"):
+        fdt.parse_output(text, "t", report_period=1)
+
+
+def test_fdt_argv_flags_fdt_reads_right_and_numactl_wrapping():
     job = fdt.FdtJob("t", "1.1.1.2", files=("/data/a", "/data/b"), port=7000, streams=1, limit="4M", destination="/in")
-    argv = fdt.client_argv(job, "/opt/fdt.jar")
+    argv = fdt.client_argv(job, "/opt/fdt.jar", home="/tmp/h")
     assert argv == [
-        "java", "-jar", "/opt/fdt.jar", "-c", "1.1.1.2", "-P", "1", "-p", "7000",
+        "java", "-Duser.home=/tmp/h", "-Djava.io.tmpdir=/tmp/h", "-Duser.timezone=UTC", "-jar", "/opt/fdt.jar",
+        "-noupdates", "-c", "1.1.1.2", "-p", "7000", "-P", "1", "-reportDelay", "1",
         "-limit", "4M", "-d", "/in", "/data/a", "/data/b",
     ]  # fmt: skip
-    assert fdt.server_argv("/opt/fdt.jar", port=7000) == ["java", "-jar", "/opt/fdt.jar", "-p", "7000", "-S"]
+    assert fdt.server_argv("/opt/fdt.jar", port=7000, report_period=2) == [
+        "java", "-Duser.timezone=UTC", "-jar", "/opt/fdt.jar", "-noupdates", "-S", "-p", "7000", "-reportDelay", "2"]
+    extra = fdt.client_argv(fdt.FdtJob("t", "h", files=("/f",), extra=("-md5",)), "/opt/fdt.jar")
+    assert extra[extra.index("-noupdates") + 1] == "-md5"  # flags without a value never just before a file
     pinned = fdt.pinned_command(argv, PinningPlan((20,), 1), localalloc=True)
     if shutil.which("numactl"):
         assert pinned.argv[1:3] == ["--physcpubind=20", "--localalloc"] and pinned.argv[3:] == argv
@@ -381,10 +452,26 @@ def test_fdt_argv_and_numactl_wrapping():
     assert fdt.pinned_command(argv, None).argv == argv
     with pytest.raises(ValueError, match="at least one file"):
         fdt.client_argv(fdt.FdtJob("t", "h", files=()), "/opt/fdt.jar")
+    with pytest.raises(ValueError, match=r"file '/data/run:1' cannot be given to FDT.*host:path"):
+        fdt.client_argv(fdt.FdtJob("t", "h", files=("/data/run:1",)), "/opt/fdt.jar")
+
+
+def test_fdt_file_plan_keeps_one_directory_and_refuses_trees(tmp_path):
+    run = tmp_path / "run1"
+    (run / "raw").mkdir(parents=True)
+    for name in ("raw/a.root", "raw/b.root", "manifest.txt"):
+        (run / name).write_bytes(b"x")
+    assert fdt.file_plan([run / "raw"], Path("/in")) == ("/in/raw", (str(run / "raw/a.root"), str(run / "raw/b.root")))
+    assert fdt.file_plan([run / "manifest.txt"], Path("/in")) == ("/in", (str(run / "manifest.txt"),))
+    with pytest.raises(ValueError, match=r"several directories \(/in/run1, /in/run1/raw\).*builtin engine"):
+        fdt.file_plan([run], Path("/in"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no file to send"):
+        fdt.file_plan([tmp_path / "empty"], Path("/in"))
 
 
 def test_fdt_missing_jar_or_java_names_what_is_missing(tmp_path):
-    with pytest.raises(fdt.FdtError, match=r"no fdt.jar given.*--fdt-jar PATH"):
+    with pytest.raises(fdt.FdtError, match=r"no fdt.jar given.*--fdt-jar PATH \(or set TSDN_FDT_JAR\)"):
         fdt.find_fdt(None)
     with pytest.raises(fdt.FdtError, match=r"fdt.jar not found at '/nope/fdt.jar'.*--fdt-jar PATH"):
         fdt.find_fdt("/nope/fdt.jar")
@@ -396,42 +483,57 @@ def test_fdt_missing_jar_or_java_names_what_is_missing(tmp_path):
     assert not result.ok and "--fdt-jar PATH" in result.error
 
 
-def _fake_fdt(tmp_path: Path, body: str) -> str:
-    """A stand-in for `java` that ignores `-jar fdt.jar ...` and runs `body` (shell)."""
-    script = tmp_path / "fake-java"
+def _replay_fdt(tmp_path: Path, body: str) -> str:
+    """A stand-in for `java` that ignores `-jar fdt.jar ...` and runs `body` (shell), to replay real output."""
+    script = tmp_path / "replay-java"
     script.write_text(f"#!/bin/sh\n{body}\n")
     script.chmod(0o755)
     (tmp_path / "fdt.jar").write_bytes(b"PK")
     return str(script)
 
 
-def test_fdt_driver_streams_lines_and_reports_failure(tmp_path):
-    lines = read("fdt_client_net_out.txt").replace("%", "%%")
-    java = _fake_fdt(tmp_path, f"printf '{lines}'")
-    got: list[RateReport] = []
+def test_fdt_driver_reads_stderr_and_judges_the_end(tmp_path):
     job = fdt.FdtJob("t", "127.0.0.1", files=("/etc/hostname",))
-    result = fdt.FdtDriver(tmp_path / "fdt.jar", java=java).run(job, got.append, timeout=20)
+    jar = tmp_path / "fdt.jar"
+
+    def run(body: str) -> tuple[TransferResult, list[RateReport], RateReport]:
+        got: list[RateReport] = []
+        result = fdt.FdtDriver(jar, java=_replay_fdt(tmp_path, body)).run(job, got.append, timeout=20)
+        return result, got, result.report
+
+    # FDT logs its rates on stderr and prints its final statistics on stdout
+    result, got, final = run(f"cat {FDT_DATA / 'mem-P2-reportDelay1-client.txt'} >&2")
     assert result.ok, result.error
-    assert len(got) == 7 and got[-1].final and result.files == ("/etc/hostname",)
+    assert [r.final for r in got] == [False, False, True] and got[-1] is final and final.bytes_total == 3 * 10**9
+    assert result.files == ("/etc/hostname",)
 
-    not_ok = _fake_fdt(tmp_path, f"cat {DATA / 'fdt_client_not_ok.txt'}")  # exit status 0, but "Not OK"
-    result = fdt.FdtDriver(tmp_path / "fdt.jar", java=not_ok).run(job, lambda r: None, timeout=20)
-    assert not result.ok and "Exit Status: Not OK" in result.error and "No space left on device" in result.error
-    assert result.report.bytes_total == 7812500000
+    result, _, final = run(f"cat {FDT_DATA / 'nettest-P2-reportDelay1-server.txt'}")  # exit 0, Exit Status: Not OK
+    assert not result.ok and "Exit Status: Not OK" in result.error and "ControlChannel is down" in result.error
 
-    failing = _fake_fdt(tmp_path, f"cat {DATA / 'fdt_client_failed.txt'}; exit 1")
-    result = fdt.FdtDriver(tmp_path / "fdt.jar", java=failing).run(job, lambda r: None, timeout=20)
-    assert not result.ok
-    assert "status 1" in result.error and "Connection refused" in result.error
+    result, _, _ = run(f"cat {FDT_DATA / 'client-refused.txt'} >&2; exit 1")
+    assert not result.ok and "status 1" in result.error and "Connection refused" in result.error
+
+    result, _, _ = run(f"cat {FDT_DATA / 'nettest-P2-reportDelay1-client.txt'}")  # killed: no final statistics
+    assert not result.ok and "without its final statistics" in result.error
+
+    bad = fdt_output("mem-P2-reportDelay1-client.txt").replace("18.062 Gb/s", "18,0,62 Gb/s")
+    (tmp_path / "bad.txt").write_text(bad)
+    result, _, _ = run(f"cat {tmp_path / 'bad.txt'}")
+    assert not result.ok and result.error.startswith("FDT's output: cannot read FDT rate line")
 
 
 def test_fdt_driver_cancel(tmp_path):
-    java = _fake_fdt(tmp_path, "while true; do echo 'Net Out: 1.000 Gb/s Avg: 1.000 Gb/s'; sleep 0.2; done")
+    line = next(line for line in fdt_output("mem-P2-reportDelay1-client.txt").splitlines() if "Net Out" in line)
+    java = _replay_fdt(tmp_path, f"while true; do echo '{line}' >&2; sleep 0.2; done")
     cancel = threading.Event()
-    threading.Timer(0.8, cancel.set).start()
-    job = fdt.FdtJob("t", "127.0.0.1", files=("/etc/hostname",))
     got: list[RateReport] = []
-    result = fdt.FdtDriver(tmp_path / "fdt.jar", java=java).run(job, got.append, cancel=cancel, timeout=20)
+
+    def cancel_after_first(report: RateReport) -> None:
+        got.append(report)
+        cancel.set()
+
+    job = fdt.FdtJob("t", "127.0.0.1", files=("/etc/hostname",))
+    result = fdt.FdtDriver(tmp_path / "fdt.jar", java=java).run(job, cancel_after_first, cancel=cancel, timeout=20)
     assert not result.ok and result.error == "cancelled" and got
 
 

@@ -1,30 +1,33 @@
 """The builtin engine: N parallel TCP streams, one OS thread each, memory-to-memory or files.
 
 Each stream runs on its own thread; the threads spend their time in `socket.sendall`,
-`socket.recv_into`, `os.sendfile`, `os.preadv`/`os.pwrite` and `zlib.adler32` on large buffers,
+`socket.recv_into`, `os.sendfile`, `os.preadv`/`os.pwrite` and adler32 (zlib-ng's) on large buffers,
 all of which release the GIL, so N streams use N cores (iperf3 3.12 runs all its streams on one).
 A disk sender reads each chunk once, in cache-sized pieces, for its adler32, then hands the
 chunk to the kernel with `os.sendfile` (no copy through user space).
 
-Disk transfers split files into chunks (`chunk_size`) that the streams take from one queue;
-the sender sends each chunk with its adler32, the receiver recomputes it, writes the chunk at
-its offset in the file's partial copy, and journals it (see `builtin_files`). Once every stream
-has finished, the sender sends each file's adler32 (combined from its chunks) and the receiver
-renames each file whose chunks are all there and whose adler32 matches. A transfer that is
-interrupted leaves the partial files and journals: the next transfer of the same files to the
-same destination sends only the chunks not yet verified. Wire format: `builtin_protocol`.
+Disk transfers split files into chunks (`chunk_size`) that the streams take from one queue,
+each stream on a file of its own while there are enough (the receiver's writes into one file
+are serialized by the kernel); the sender sends each chunk with its adler32, the receiver
+recomputes it, writes the chunk at its offset in the file's partial copy, and journals it (see
+`builtin_files`). Once every stream has finished, the sender sends each file's adler32
+(combined from its chunks) and the receiver renames each file whose chunks are all there and
+whose adler32 matches. A transfer that is interrupted leaves the partial files and journals:
+the next transfer of the same files to the same destination sends only the chunks not yet
+verified. Wire format: `builtin_protocol`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import resource
 import socket
 import struct
 import threading
 import time
-import zlib
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +43,7 @@ from dtn_agent.engines.builtin_protocol import (
     MessageType,
     ProtocolError,
     TcpInfo,
+    adler32,
     chunk_count,
     encode,
     field,
@@ -51,7 +55,7 @@ from dtn_agent.reports import Pinning, RateReport, StreamRate, TransferResult
 
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux asm-generic/socket.h
 DEFAULT_CHUNK = 8 * 1024 * 1024
-DEFAULT_BUFFER = 4 * 1024 * 1024  # one stream
+DEFAULT_BUFFER = 256 * 1024  # one stream
 MULTI_STREAM_BUFFER = 512 * 1024  # each of several streams
 DEFAULT_RECV_BUFFER = 256 * 1024
 PIECE = 512 * 1024  # the disk sender checksums a chunk in pieces of this size, each while in the CPU cache
@@ -241,12 +245,53 @@ class _Chunk:
     index: int
 
 
+class _ChunkQueue:
+    """The chunks a disk sender has still to send, handed out so that, while there are at least as
+    many files left as streams, no two streams are on the same file at once: the receiver's writes
+    into one file are serialized by the kernel (its inode lock), writes into different files are not.
+    A stream keeps to its file while it has chunks left, in order. Not thread-safe: callers lock."""
+
+    def __init__(self, chunks: list[_Chunk]) -> None:
+        self._pending: OrderedDict[int, deque[_Chunk]] = OrderedDict()
+        for chunk in chunks:
+            self._pending.setdefault(chunk.file_index, deque()).append(chunk)
+        self._busy: dict[int, int] = {}  # file index -> streams now sending one of its chunks
+        self.taken = 0
+
+    @property
+    def left(self) -> bool:
+        """Whether any chunk is still to be handed out."""
+        return bool(self._pending)
+
+    def take(self, previous: int | None) -> _Chunk | None:
+        """The next chunk for a stream whose last chunk was of file `previous` (None: its first); None when done."""
+        if previous is not None:
+            self._busy[previous] -= 1
+            if not self._busy[previous]:
+                del self._busy[previous]
+        if not self._pending:
+            return None
+        if previous in self._pending and previous not in self._busy:
+            chosen = previous
+        else:
+            # At most len(busy) files at the front are busy: the next one, if any, is free.
+            candidates = itertools.islice(self._pending, len(self._busy) + 1)
+            chosen = min(candidates, key=lambda f: self._busy.get(f, 0))
+        chunks = self._pending[chosen]
+        chunk = chunks.popleft()
+        if not chunks:
+            del self._pending[chosen]
+        self._busy[chosen] = self._busy.get(chosen, 0) + 1
+        self.taken += 1
+        return chunk
+
+
 class BuiltinEngine:
     """The project's own multi-stream TCP engine (see the module docstring).
 
     `chunk_size`: bytes per chunk of a file (and the buffer of each disk stream);
     `buffer_size`, `recv_buffer_size`: bytes per send and per receive call in memory-to-memory
-    mode; by default 4 MiB per send with one stream and 512 KiB with several, 256 KiB per
+    mode; by default 256 KiB per send with one stream and 512 KiB with several, 256 KiB per
     receive (buffers that stay in the CPU cache were fastest on a 2-core loopback);
     `discard_in_kernel`: a memory-to-memory receiver drops the bytes in the kernel (recv with
     MSG_TRUNC) instead of copying them into a buffer, as a sink that only counts;
@@ -350,19 +395,18 @@ class BuiltinEngine:
                      queue: list[_Chunk]) -> list[str]:
         errors: list[str] = []
         lock = threading.Lock()
-        position = [0]
+        chunks = _ChunkQueue(queue)
         stopped = threading.Event()
 
-        def next_chunk() -> _Chunk | None:
+        def next_chunk(previous: _Chunk | None) -> _Chunk | None:
             with lock:
-                if stopped.is_set() or position[0] >= len(queue):
+                if stopped.is_set():
                     return None
-                if self.stop_after_chunks is not None and position[0] >= self.stop_after_chunks:
+                if self.stop_after_chunks is not None and chunks.taken >= self.stop_after_chunks and chunks.left:
                     stopped.set()
                     errors.append(f"sender stopped after {self.stop_after_chunks} chunks (stop_after_chunks)")
                     return None
-                position[0] += 1
-                return queue[position[0] - 1]
+                return chunks.take(previous.file_index if previous is not None else None)
 
         def memory_stream(index: int, sock: socket.socket) -> None:
             pattern = self._pattern_view(self.buffer_size or (DEFAULT_BUFFER if job.streams == 1
@@ -383,7 +427,8 @@ class BuiltinEngine:
             opened: tuple[int, int] | None = None  # file index, fd
             out = sock.fileno()
             try:
-                while (chunk := next_chunk()) is not None:
+                chunk: _Chunk | None = None
+                while (chunk := next_chunk(chunk)) is not None:
                     path, name = files[chunk.file_index]
                     offset = chunk.index * self.chunk_size
                     length = min(self.chunk_size, header.files[chunk.file_index].size - offset)
@@ -398,14 +443,14 @@ class BuiltinEngine:
                         self._send_corrupted(sock, fd, chunk, offset, length, sums)
                         meter.counts[index] += length
                         continue
-                    adler = zlib.adler32(b"")
+                    adler = adler32(b"")
                     for start in range(offset, offset + length, len(piece)):
                         want = min(len(piece), offset + length - start)
                         got = os.preadv(fd, [piece[:want]], start)
                         if got != want:
                             raise TransferFailed(f"{path} changed while being sent: {got} bytes at offset "
                                                  f"{start}, expected {want}")
-                        adler = zlib.adler32(piece[:want], adler)
+                        adler = adler32(piece[:want], adler)
                     sums[chunk.file_index][chunk.index] = adler
                     sock.sendall(CHUNK.pack(chunk.file_index, offset, length, adler))
                     sent = 0
@@ -448,7 +493,7 @@ class BuiltinEngine:
         buffer = bytearray(length)
         if os.preadv(fd, [buffer], offset) != length:
             raise TransferFailed(f"the file changed while being sent at offset {offset}")
-        adler = zlib.adler32(buffer)
+        adler = adler32(buffer)
         sums[chunk.file_index][chunk.index] = adler
         buffer[self.corrupt_at[1] - offset] ^= 0xFF
         sock.sendall(CHUNK.pack(chunk.file_index, offset, length, adler))
@@ -590,7 +635,7 @@ class BuiltinEngine:
                 data = view[:length]
                 _recv_exact(sock, data, f"chunk at offset {offset} of {partial.entry.path!r}")
                 meter.counts[index] += length
-                actual = zlib.adler32(data)
+                actual = adler32(data)
                 if actual != adler:
                     errors.append(f"checksum mismatch in {partial.entry.path!r} at offset {offset} "
                                   f"({length} bytes): sender adler32 {adler:#010x}, received {actual:#010x}")

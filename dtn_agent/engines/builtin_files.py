@@ -11,11 +11,10 @@ interruption the journal says which chunks need not be sent again.
 from __future__ import annotations
 
 import os
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from dtn_agent.engines.builtin_protocol import FileEntry, chunk_count, file_adler32
+from dtn_agent.engines.builtin_protocol import FileEntry, adler32, chunk_count, file_adler32
 
 JOURNAL_MAGIC = "tsdn-journal 1"
 
@@ -145,4 +144,4 @@ def read_chunk_adler32(path: Path, offset: int, length: int) -> int | None:
     with open(path, "rb") as handle:
         handle.seek(offset)
         data = handle.read(length)
-    return zlib.adler32(data) if len(data) == length else None
+    return adler32(data) if len(data) == length else None

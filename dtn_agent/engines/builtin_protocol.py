@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import PurePosixPath
@@ -33,6 +32,11 @@ MAX_STREAMS = 256
 MIN_CHUNK = 4096
 MAX_CHUNK = 256 * 1024 * 1024
 ADLER_BASE = 65521
+
+try:  # zlib-ng's SIMD adler32: the same values as zlib's, about 15 times as fast
+    from zlib_ng.zlib_ng import adler32
+except ImportError:  # a declared dependency, but zlib gives the same values, only slower
+    from zlib import adler32
 
 
 class ProtocolError(Exception):
@@ -212,7 +216,7 @@ def adler32_combine(adler1: int, adler2: int, length2: int) -> int:
 
 def file_adler32(chunk_sums: list[int], size: int, chunk_size: int) -> int:
     """adler32 of a whole file from the adler32 of each of its chunks, in order."""
-    total = zlib.adler32(b"")
+    total = adler32(b"")
     for index, chunk_sum in enumerate(chunk_sums):
         total = adler32_combine(total, chunk_sum, min(chunk_size, size - index * chunk_size))
     return total

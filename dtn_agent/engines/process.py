@@ -70,20 +70,24 @@ def stream_process(
     timeout: float | None = None,
     preexec_fn: Callable[[], None] | None = None,
     env: dict[str, str] | None = None,
+    merge_stderr: bool = False,
 ) -> ProcessOutcome:
     """Run `argv`, calling `on_line` (in this thread) for each stdout line as it arrives.
 
-    The process gets its own process group; on `cancel` or after `timeout` seconds the whole group
-    is terminated (SIGTERM, then SIGKILL). A missing binary raises FileNotFoundError naming it.
-    An exception from `on_line` kills the process and propagates.
+    With `merge_stderr`, stderr lines come to `on_line` too, in the order written (and the
+    outcome's `stderr` is empty). Bytes the locale's encoding cannot decode arrive as U+FFFD. The
+    process gets its own process group; on `cancel` or after `timeout` seconds the whole group is
+    terminated (SIGTERM, then SIGKILL). A missing binary raises FileNotFoundError naming it. An
+    exception from `on_line` kills the process and propagates.
     """
     started = time.monotonic()
     proc = subprocess.Popen(
         list(argv),
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
+        errors="replace",
         bufsize=1,
         start_new_session=True,
         preexec_fn=preexec_fn,
@@ -103,7 +107,8 @@ def stream_process(
         for err_line in proc.stderr:
             err_tail.append(err_line)
 
-    readers = [threading.Thread(target=f, daemon=True) for f in (pump_out, pump_err)]
+    pumps = (pump_out,) if merge_stderr else (pump_out, pump_err)
+    readers = [threading.Thread(target=f, daemon=True) for f in pumps]
     for t in readers:
         t.start()
     deadline = started + timeout if timeout is not None else None

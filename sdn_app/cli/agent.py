@@ -49,7 +49,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--nic", metavar="IFACE",
                      help="the data NIC: transfers are pinned to its NUMA node's CPUs and its capacity is the "
                           "DTN's (default: the NIC of highest capacity)")
-    run.add_argument("--fdt-jar", metavar="PATH", help="fdt.jar, for transfers with the fdt engine")
+    run.add_argument("--fdt-jar", default=os.environ.get("TSDN_FDT_JAR") or None, metavar="PATH",
+                     help="fdt.jar, for transfers with the fdt engine (env TSDN_FDT_JAR)")
     run.add_argument("--listen", default="0.0.0.0", metavar="HOST",
                      help="address receivers listen on for transfer data (default 0.0.0.0)")
     run.add_argument("--advertise", default="", metavar="HOST",
@@ -186,7 +187,8 @@ def run_agent(args: argparse.Namespace) -> int:
     if not Path(args.root).is_dir():
         raise InvalidArgument(f"--root {args.root}: not a directory")
     if args.fdt_jar is not None and not Path(args.fdt_jar).is_file():
-        raise InvalidArgument(f"--fdt-jar {args.fdt_jar}: no such file")
+        given = "--fdt-jar" if os.environ.get("TSDN_FDT_JAR") != args.fdt_jar else "TSDN_FDT_JAR"
+        raise InvalidArgument(f"{given} {args.fdt_jar}: no such file")
     _check_host(args.listen, "--listen")
     if args.advertise:
         _check_host(args.advertise, "--advertise")

@@ -33,9 +33,13 @@ def register(commands: argparse._SubParsersAction) -> None:
                                              "the fast-failover gap, on sc16 in Mininet (needs root, Mininet, OVS)")
     reroute.add_argument("--quick", action="store_true", help="fewer rounds; finishes in under 2 min")
     reroute.set_defaults(run=run_reroute)
-    transfer = sub.add_parser("transfer", help="builtin transfer engine against iperf3 on loopback (1, 2, 4 streams), "
-                                               "and disk-to-disk on tmpfs against memory-to-memory")
-    transfer.add_argument("--quick", action="store_true", help="fewer, shorter rounds; finishes in under 60 s")
+    transfer = sub.add_parser("transfer", help="builtin transfer engine against iperf3 and FDT on loopback (1, 2, 4 "
+                                               "streams), and disk-to-disk on tmpfs against memory-to-memory")
+    transfer.add_argument("--quick", action="store_true",
+                          help="fewer, shorter rounds; finishes in about a minute, three with FDT")
+    transfer.add_argument("--fdt-jar", metavar="PATH",
+                          help="fdt.jar to measure FDT with (default: env TSDN_FDT_JAR, else ../shared/tools/fdt.jar "
+                               "beside the repository; FDT is left out when there is none)")
     transfer.set_defaults(run=run_transfer)
 
 
@@ -68,7 +72,7 @@ def run_reroute(args: argparse.Namespace) -> int:
 
 
 def run_transfer(args: argparse.Namespace) -> int:
-    """`tsdn bench transfer [--quick]`."""
+    """`tsdn bench transfer [--quick] [--fdt-jar PATH]`."""
     from benchmarks.transfer import main
 
-    return main(quick=args.quick)
+    return main(quick=args.quick, fdt_jar=args.fdt_jar)
