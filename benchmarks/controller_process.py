@@ -20,7 +20,12 @@ class ControllerProcess:
     """`tsdn controller` in a subprocess with a service token; with `openflow` it controls switches there."""
 
     def __init__(self, workdir: Path, openflow: tuple[str, int] | None = None, scale: float = 1.0, *,
-                 principal: str, token: str, topology: str = "sc16"):
+                 principal: str, token: str, topology: str = "sc16", extra: tuple[str, ...] = (),
+                 more_tokens: tuple[dict, ...] = ()):
+        """`extra`: more `tsdn controller` arguments, e.g. ("--keep-ended", "10s"); `more_tokens`: more
+        entries of its tokens file ({"principal": ..., "role": ..., "token": ...})."""
+        self.extra = extra
+        self.more_tokens = more_tokens
         self.workdir = workdir
         self.principal, self.token, self.topology = principal, token, topology
         self.openflow = openflow
@@ -39,11 +44,11 @@ class ControllerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         tokens = self.workdir / "tokens.yaml"
         entry = {"principal": self.principal, "role": "service", "token": self.token}
-        tokens.write_text(yaml.safe_dump({"tokens": [entry]}))
+        tokens.write_text(yaml.safe_dump({"tokens": [entry, *self.more_tokens]}))
         tokens.chmod(0o600)
         command = [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", self.topology,
                    "--listen-grpc", "127.0.0.1:0", "--state", str(self.workdir / "tsdn.db"),
-                   "--tokens", str(tokens), "--log-level", "WARNING"]
+                   "--tokens", str(tokens), "--log-level", "WARNING", *self.extra]
         if self.openflow is None:
             command.append("--no-openflow")
         if self.openflow is not None:

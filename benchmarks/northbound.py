@@ -7,6 +7,15 @@ then DeleteReservation; after a warm-up, the measured phase gives admissions per
 p50/p99 latency of CreateReservation, and the same for every RPC. A second phase sends
 QueryAvailability from the same clients.
 
+A last pair of phases asks whether open streams starve unary calls: 4 clients each run a round
+of CreateReservation, DeleteReservation, Heartbeat and the health Check every 0.1 s (160 calls/s
+offered, a busy show), first with no stream open (the baseline), then with 1,000 real server
+streams held open by a client process of their own (`benchmarks.stream_holder`, on asyncio):
+WatchReservations (10 by the principal that creates, so every create and delete reaches them),
+WatchAgents, WatchTransfer (of two transfers whose sender reports a rate every second) and
+TakeJobs, spread over principals within the controller's default stream limits.
+`unary_p99_ms_with_1000_streams` is the p99 of the creates, heartbeats and health checks then.
+
 Baselines measured in the same run:
 - core: the same create + release called directly on a `ReservationBook` in this process
   (SQLite file as the controller uses; no gRPC, no serialization, one thread), so the cost of
@@ -19,11 +28,15 @@ Human lines go to stderr; the last line printed to stdout is one JSON object.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import json
 import math
 import os
 import platform
 import random
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -37,6 +50,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from benchmarks.controller_process import ControllerProcess
 from benchmarks.report import print_result, say
 from northbound.client import ApiError, TsdnClient
+from northbound.proto.tsdn.v1 import agent_pb2
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import TsdnError
 from sdn_app.core.ledger import Ledger
@@ -50,7 +64,25 @@ HOUR = 3600.0
 BANDWIDTH = 1 * G
 PRINCIPAL = "bench"
 TOKEN = "bench-token-" + "0123456789abcdef" * 2
-TARGETS = {"admissions_per_s": 1000, "p99_ms": 20}
+TARGETS = {"admissions_per_s": 1000, "p99_ms": 20, "unary_p99_ms_with_1000_streams": 50}
+STREAMS = 1000  # streams held open in the streams phase
+STREAM_CLIENTS = 4  # unary clients of the streams phases, each paced at one round every ROUND_S
+ROUND_S = 0.1  # create, delete, heartbeat, health Check: 4 clients offer 160 calls/s (40 creates/s)
+UNARY_KINDS = ("create", "heartbeat", "check")  # the calls whose latency the streams phase reports
+# The other principals of the streams phase (none holds more than the default --max-streams-per-principal).
+AGENTS = tuple(f"bench-agent-{i}" for i in range(6))
+WATCHERS = tuple(f"bench-watcher-{i}" for i in range(5))
+NOC = "bench-noc"
+
+
+def token_of(principal: str) -> str:
+    """The bench's token of `principal` (at least 16 characters)."""
+    return f"{principal}-token-0123456789abcdef"
+
+
+MORE_TOKENS = (*({"principal": a, "role": "agent", "token": token_of(a)} for a in AGENTS),
+               *({"principal": w, "role": "service", "token": token_of(w)} for w in WATCHERS),
+               {"principal": NOC, "role": "admin", "token": token_of(NOC)})
 
 
 @dataclass(frozen=True)
@@ -62,6 +94,7 @@ class Phases:
     warmup: float
     admissions: float
     availability: float
+    streams: float = 0.0  # each of the two streams phases
 
     @classmethod
     def for_run(cls, quick: bool, seconds: float | None) -> Phases:
@@ -70,7 +103,8 @@ class Phases:
             seconds = 4.0 if quick else 20.0
         warmup = min(1.0 if quick else 3.0, seconds)
         return cls(core=min(seconds, 2.0 if quick else 10.0), health=min(seconds, 3.0 if quick else 10.0),
-                   warmup=warmup, admissions=seconds, availability=seconds)
+                   warmup=warmup, admissions=seconds, availability=seconds,
+                   streams=min(seconds, 3.0 if quick else 10.0))
 
 
 @dataclass
@@ -280,6 +314,186 @@ def core_phase(workdir: Path, dtns: list[str], seconds: float, seed: int) -> dic
             "core_refused": refused}
 
 
+# -- streams: do open streams starve unary calls? ---------------------------------------------
+
+
+def stream_plan(count: int, dtns: list[str], transfers: list[str]) -> list[dict]:
+    """`count` streams for `benchmarks.stream_holder`: 1% WatchReservations by the creating
+    principal (each gets every event of the unary load), 29% by other services, 20% WatchAgents,
+    20% WatchTransfer (by an admin, of `transfers`), the rest TakeJobs (agents, every DTN in turn)."""
+    wanted: collections.Counter[tuple[str, str, str]] = collections.Counter()
+    mine, others, agents = count // 100, count * 29 // 100, count // 5
+    watching = count // 5 if transfers else 0
+    wanted["watch", PRINCIPAL, "{}"] += mine
+    for i in range(others):
+        wanted["watch", WATCHERS[i % len(WATCHERS)], "{}"] += 1
+    for i in range(agents):
+        wanted["agents", WATCHERS[i % len(WATCHERS)], "{}"] += 1
+    for i in range(watching):
+        wanted["transfer", NOC, json.dumps({"name": transfers[i % len(transfers)]})] += 1
+    for i in range(count - mine - others - agents - watching):
+        wanted["jobs", AGENTS[i % len(AGENTS)], json.dumps({"dtn": dtns[i % len(dtns)]})] += 1
+    return [{"kind": kind, "token": TOKEN if principal == PRINCIPAL else token_of(principal), "count": n,
+             "fields": json.loads(fields)} for (kind, principal, fields), n in wanted.items() if n]
+
+
+class Show:
+    """What the streams phases run against, as at a show: an agent registered (and heartbeating)
+    on every DTN, and two transfers whose sender reports a rate every second."""
+
+    def __init__(self, address: str, dtns: list[str], failures: list[str]):
+        self.address, self.dtns, self.failures = address, dtns, failures
+        self.agent = TsdnClient(address, token=token_of(AGENTS[0]), timeout=10)
+        self.service = TsdnClient(address, token=TOKEN, timeout=10)
+        self.transfers: list[tuple[str, str]] = []  # (name, sending DTN)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="show-background", daemon=True)
+
+    def start(self) -> list[str]:
+        """Register the agents, start the transfers; the names of the transfers."""
+        for dtn in self.dtns:
+            self.agent.register_agent(dtn, agent_pb2.HostFacts())
+        for src, dst in (self.dtns[0:2], self.dtns[2:4]):
+            transfer = self.service.start_transfer(src, dst, BANDWIDTH, size=10**15)
+            self.agent.report_transfer(agent_pb2.TransferReport(transfer=transfer.name, dtn=dst,
+                                                                role=agent_pb2.RECEIVE, listening_port=5201))
+            self.transfers.append((transfer.name, src))
+        self._thread.start()
+        return [name for name, _ in self.transfers]
+
+    def _run(self) -> None:
+        second = 0
+        while not self._stop.wait(1.0):
+            second += 1
+            try:
+                for name, src in self.transfers:
+                    rate = agent_pb2.RateReport(start=second - 1.0, end=float(second), bits_per_second=float(BANDWIDTH),
+                                                bytes_total=BANDWIDTH // 8 * second, engine="builtin")
+                    self.agent.report_transfer(agent_pb2.TransferReport(transfer=name, dtn=src,
+                                                                        role=agent_pb2.SEND, rate=rate))
+                if second % 5 == 0:
+                    for dtn in self.dtns:
+                        self.agent.heartbeat(dtn)
+            except ApiError as error:
+                if len(self.failures) < 5:
+                    self.failures.append(f"show background: {error}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(10)
+        self.agent.close()
+        self.service.close()
+
+
+def unary_phase(address: str, clients: int, dtns: list[str], warmup: float, seconds: float, seed: int,
+                failures: list[str], every: float = ROUND_S) -> Tally:
+    """Each client, one round `every` seconds (at once when late): CreateReservation,
+    DeleteReservation, Heartbeat (the agent of a random DTN) and the health Check. The same
+    offered load with and without streams: their latencies compare."""
+    def make(_: int) -> tuple[Operation, Callable[[], None]]:
+        next_round = [0.0]
+        service = TsdnClient(address, token=TOKEN, timeout=10, retries=0)
+        agent = TsdnClient(address, token=token_of(AGENTS[-1]), timeout=10, retries=0)
+        channel = grpc.insecure_channel(address)
+        health = health_pb2_grpc.HealthStub(channel)
+        check = health_pb2.HealthCheckRequest(service="")
+
+        def calls(rng: random.Random) -> list[tuple[str, float, float, str]]:
+            now = time.perf_counter()
+            if next_round[0] > now:
+                time.sleep(next_round[0] - now)  # pacing the load generator
+            next_round[0] = max(next_round[0] + every, now)
+            src, dst = rng.sample(dtns, 2)
+            created, reservation = timed(
+                "create", lambda: service.create_reservation(src, dst, BANDWIDTH, duration=HOUR), failures)
+            records = [created]
+            if reservation is not None:
+                records.append(timed("delete", lambda: service.delete_reservation(reservation.name), failures)[0])
+            records.append(timed("heartbeat", lambda: agent.heartbeat(rng.choice(dtns)), failures)[0])
+            records.append(timed("check", lambda: _health_call(health, check), failures)[0])
+            return records
+
+        def close() -> None:
+            service.close()
+            agent.close()
+            channel.close()
+        return calls, close
+    return drive(make, clients, warmup, seconds, seed + 2)
+
+
+class StreamHolder:
+    """`benchmarks.stream_holder` in a subprocess, holding `plan` open on `address`."""
+
+    def __init__(self, address: str, plan: list[dict]):
+        self.process = subprocess.Popen([sys.executable, "-m", "benchmarks.stream_holder", address],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"channels": 8, "deadline": 120, "streams": plan}) + "\n")
+        self.process.stdin.flush()
+
+    def _line(self) -> dict:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the stream holder exited ({self.process.wait()}) without a report")
+        return json.loads(line)
+
+    def opened(self) -> dict:
+        """Wait until every stream is open or refused: {"open", "refused", "seconds"}."""
+        return self._line()
+
+    def close(self) -> dict:
+        """Cancel every stream: {"messages", "ended_early"} (empty when the holder had died)."""
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write("stop\n")
+            self.process.stdin.close()
+            return self._line()
+        except (OSError, RuntimeError, ValueError):
+            return {}
+        finally:
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def unary_summary(tally: Tally) -> dict:
+    """p50/p99 of the creates, heartbeats and health checks together, per kind, and calls per second."""
+    together = [r.latency for r in tally.records if r.kind in UNARY_KINDS and r.outcome == "ok"]
+    return {"p50_ms": percentile_ms(together, 0.5), "p99_ms": percentile_ms(together, 0.99),
+            "calls_per_s": round(len(tally.of(outcome="ok")) / tally.window, 1) if tally.window else None,
+            "errors": len(tally.of(outcome="error")),
+            "by_kind": {kind: latency_summary([r.latency for r in tally.of(kind, "ok")])
+                        for kind in (*UNARY_KINDS, "delete")}}
+
+
+def streams_phases(address: str, count: int, dtns: list[str], warmup: float, seconds: float, seed: int,
+                   failures: list[str], pid: int | None, cpu: dict) -> dict:
+    """The unary calls with no stream open, then with `count` streams open: their latencies and what
+    the stream holder saw."""
+    show = Show(address, dtns, failures)
+    try:
+        transfers = show.start()
+        with cpu_use(pid, cpu, "unary_baseline"):
+            baseline = unary_phase(address, STREAM_CLIENTS, dtns, warmup, seconds, seed, failures)
+        holder = StreamHolder(address, stream_plan(count, dtns, transfers))
+        try:
+            opened = holder.opened()
+            with cpu_use(pid, cpu, "unary_with_streams"):
+                loaded = unary_phase(address, STREAM_CLIENTS, dtns, warmup, seconds, seed, failures)
+        finally:
+            held = holder.close()
+    finally:
+        show.stop()
+    return {"baseline": unary_summary(baseline), "with_streams": unary_summary(loaded),
+            "streams": {"requested": count, "open": opened.get("open"), "refused": opened.get("refused", {}),
+                        "open_s": opened.get("seconds"), "messages": held.get("messages"),
+                        "ended_early": held.get("ended_early"), "clients": STREAM_CLIENTS, "seconds": seconds}}
+
+
 # -- the benchmark ------------------------------------------------------------------------
 
 
@@ -317,8 +531,9 @@ def machine() -> dict:
             "platform": platform.platform(terse=True)}
 
 
-def run(quick: bool = False, clients: int = 16, seconds: float | None = None, seed: int = 16) -> dict:
-    """Run every phase and return the result object."""
+def run(quick: bool = False, clients: int = 16, seconds: float | None = None, seed: int = 16,
+        streams: int = STREAMS) -> dict:
+    """Run every phase and return the result object; `streams` are held open in the streams phase."""
     phases = Phases.for_run(quick, seconds)
     dtns = sc16_dtns()
     failures: list[str] = []
@@ -331,7 +546,7 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
         core = core_phase(workdir, dtns, phases.core, seed)
         say(f"core (in-process ReservationBook, 1 thread): {core['core_admissions_per_s']} admissions/s "
             f"(create+release p50 {core['core_p50_ms']} ms, p99 {core['core_p99_ms']} ms)")
-        controller = ControllerProcess(workdir, principal=PRINCIPAL, token=TOKEN)
+        controller = ControllerProcess(workdir, principal=PRINCIPAL, token=TOKEN, more_tokens=MORE_TOKENS)
         try:
             address = controller.start()
             say(f"controller subprocess listening on {address}")
@@ -347,6 +562,9 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
             with cpu_use(pid, cpu, "availability"):
                 availability = availability_phase(address, clients, dtns, min(1.0, phases.warmup),
                                                   phases.availability, seed, failures)
+            say(f"unary calls from {STREAM_CLIENTS} clients, then again with {streams} streams open ...")
+            starved = streams_phases(address, streams, dtns, min(1.0, phases.warmup), phases.streams, seed,
+                                     failures, pid, cpu)
         finally:
             controller.stop()
     creates = [r.latency for r in admissions.of("create", "ok")]
@@ -356,6 +574,9 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
     delete_latency = latency_summary([r.latency for r in admissions.of("delete", "ok")])
     query_latency = latency_summary([r.latency for r in availability.of("query", "ok")])
     errors = sum(len(t.of(outcome="error")) for t in (health, admissions, availability))
+    errors += starved["baseline"]["errors"] + starved["with_streams"]["errors"]
+    with_streams, baseline = starved["with_streams"], starved["baseline"]
+    all_open = starved["streams"]["open"] == streams
     result = {
         "bench": "northbound",
         "quick": quick,
@@ -382,9 +603,25 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
         "health_p50_ms": health_latency["p50_ms"],
         "health_p99_ms": health_latency["p99_ms"],
         **core,
+        # Unary calls (create, heartbeat, health Check) from STREAM_CLIENTS clients with no stream open,
+        # then with `streams` open (the 1000 key: None unless 1000 were asked for and all opened).
+        "unary_p50_ms_baseline": baseline["p50_ms"],
+        "unary_p99_ms_baseline": baseline["p99_ms"],
+        "unary_p50_ms_with_streams": with_streams["p50_ms"],
+        "unary_p99_ms_with_streams": with_streams["p99_ms"],
+        "unary_p50_ms_with_1000_streams": with_streams["p50_ms"] if streams == 1000 and all_open else None,
+        "unary_p99_ms_with_1000_streams": with_streams["p99_ms"] if streams == 1000 and all_open else None,
+        "unary_calls_per_s_baseline": baseline["calls_per_s"],
+        "unary_calls_per_s_with_streams": with_streams["calls_per_s"],
+        "unary_by_kind": {"baseline": baseline["by_kind"], "with_streams": with_streams["by_kind"]},
+        "streams": starved["streams"],
         "targets": TARGETS,
         "meets_targets": (admissions.rate("create", "ok") >= TARGETS["admissions_per_s"]
-                          and create_latency["p99_ms"] is not None and create_latency["p99_ms"] <= TARGETS["p99_ms"]),
+                          and create_latency["p99_ms"] is not None and create_latency["p99_ms"] <= TARGETS["p99_ms"]
+                          and all_open and with_streams["p99_ms"] is not None
+                          and with_streams["p99_ms"] <= TARGETS["unary_p99_ms_with_1000_streams"]),
+        "meets_streams_target": (all_open and with_streams["p99_ms"] is not None
+                                 and with_streams["p99_ms"] <= TARGETS["unary_p99_ms_with_1000_streams"]),
         "cpu_cores_busy": cpu,
         "machine": facts,
     }
@@ -399,20 +636,33 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
     if result["core_admissions_per_s"] and result["admissions_per_s"]:
         say(f"over gRPC: {result['admissions_per_s'] / result['core_admissions_per_s']:.0%} of the core's rate; "
             f"health Check ceiling {result['health_rpcs_per_s']} RPC/s")
+    held = starved["streams"]
+    say(f"unary calls (create, heartbeat, health Check) from {STREAM_CLIENTS} clients: p50 {baseline['p50_ms']} ms, "
+        f"p99 {baseline['p99_ms']} ms with no stream open; p50 {with_streams['p50_ms']} ms, "
+        f"p99 {with_streams['p99_ms']} ms with {held['open']} of {streams} streams open "
+        f"(opened in {held['open_s']} s, refused {held['refused'] or 'none'}, "
+        f"{held['messages']} messages carried, ended early {held['ended_early'] or 'none'})")
     for failure in dict.fromkeys(failures):
         say(f"error: {failure}")
-    say(f"targets (>= {TARGETS['admissions_per_s']} admissions/s, p99 <= {TARGETS['p99_ms']} ms): "
-        f"{'met' if result['meets_targets'] else 'missed'} on {os.cpu_count()} CPUs")
+    say(f"targets (>= {TARGETS['admissions_per_s']} admissions/s, p99 <= {TARGETS['p99_ms']} ms, unary p99 <= "
+        f"{TARGETS['unary_p99_ms_with_1000_streams']} ms with 1000 streams open): "
+        f"{'met' if result['meets_targets'] else 'missed'} on {os.cpu_count()} CPUs "
+        f"(streams target {'met' if result['meets_streams_target'] else 'missed'})")
     return result
 
 
-def main(quick: bool = False, clients: int = 16, seconds: float | None = None, seed: int = 16) -> int:
+def main(quick: bool = False, clients: int = 16, seconds: float | None = None, seed: int = 16,
+         streams: int = STREAMS) -> int:
     """Run the benchmark and print its JSON line; return the exit code."""
     if clients < 1:
         say("tsdn bench northbound: --clients must be at least 1")
         return 2
+    if not 1 <= streams <= 2000:
+        say("tsdn bench northbound: --streams must be from 1 to 2000 (the controller's default --max-streams)")
+        return 2
     if seconds is not None and seconds <= 0:
         say("tsdn bench northbound: --seconds must be positive")
         return 2
-    return print_result("northbound", lambda: run(quick=quick, clients=clients, seconds=seconds, seed=seed))
+    return print_result("northbound", lambda: run(quick=quick, clients=clients, seconds=seconds, seed=seed,
+                                                  streams=streams))
 

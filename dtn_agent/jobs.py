@@ -45,6 +45,7 @@ from dtn_agent.reports import RateReport, TransferResult
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as pb
 from northbound.transfers import rate_out
+from sdn_app.core.validation import MAX_OUTCOME_FILES, MAX_TEXT
 
 log = logging.getLogger(__name__)
 
@@ -133,11 +134,11 @@ class _Reporter:
 
     def outcome(self, ok: bool, error: str = "", result: TransferResult | None = None) -> bool:
         """Queue the end of this side (once: later calls are ignored); whether this call queued it."""
-        outcome = pb.TransferOutcome(ok=ok, error=error)
+        outcome = pb.TransferOutcome(ok=ok, error=error[:MAX_TEXT])  # the controller refuses longer
         if result is not None:
             if result.checksums_verified is not None:
                 outcome.checksums_verified = result.checksums_verified
-            outcome.files.extend(result.files)
+            outcome.files.extend(result.files[:MAX_OUTCOME_FILES])
         report = self._report(outcome=outcome)
         if result is not None:
             report.final.CopyFrom(rate_out(result.report))

@@ -6,50 +6,93 @@ registry (marking silent agents LOST) and publishes its events to the registry's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 from northbound.auth import Authenticator
-from northbound.convert import timestamp_out
+from northbound.convert import name_in, timestamp_out
 from northbound.proto.tsdn.v1 import agent_pb2 as pb
 from northbound.proto.tsdn.v1 import agent_pb2_grpc as pb_grpc
 from northbound.servicers import _Base, rpc
 from northbound.transfers import job_out, rate_in, role_in
+from sdn_app.core import validation as v
 from sdn_app.core.agents import Agent, AgentEvent, AgentFacts, AgentRegistry, AgentState, NicFacts, RdmaFacts
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.reservations import Principal
+from sdn_app.core.topology import Topology
 from sdn_app.core.transfers import JobOffer, TransferDesk
-from sdn_app.worker import CoreWorker
+from sdn_app.core.units import MAX_BANDWIDTH
+from sdn_app.worker import CoreWorker, jobs_topic
 
-MAX_FACT_ITEMS = 4096  # NICs, CPUs, ... per list: a real host has far fewer
+MAX_FACT_ITEMS = v.MAX_LIST  # NICs, CPUs, ... per list: a real host has far fewer
+MAX_WARNINGS = 64  # per NIC
 
 
-def _optional(message, field: str) -> int | None:
-    return getattr(message, field) if message.HasField(field) else None
+def _optional(message, field: str, low: int, high: int, what: str) -> int | None:
+    """An optional integer field of `message`, within [low, high]; None when unset."""
+    if not message.HasField(field):
+        return None
+    return v.whole(getattr(message, field), f"{what}.{field}", low, high)
 
 
 def _bounded(items, what: str) -> list:
-    if len(items) > MAX_FACT_ITEMS:
-        raise InvalidArgument(f"facts.{what}: {len(items)} entries, at most {MAX_FACT_ITEMS} are accepted")
+    v.entries(items, f"facts.{what}", MAX_FACT_ITEMS)
     return list(items)
 
 
+def _cpus(items, what: str) -> tuple[int, ...]:
+    """A list of CPU numbers: at most MAX_FACT_ITEMS, each at most `validation.MAX_CPU_ID`."""
+    for i, cpu in enumerate(_bounded(items, what)):
+        v.whole(cpu, f"facts.{what}[{i}]", 0, v.MAX_CPU_ID)
+    return tuple(items)
+
+
+def _nic_in(n: pb.AgentNic, i: int) -> NicFacts:
+    what = f"facts.nics[{i}]"
+    v.text(n.name, f"{what}.name", v.MAX_NAME)
+    if not n.name:
+        raise InvalidArgument(f"{what}.name: empty; every NIC needs its interface name")
+    v.text(n.limit, f"{what}.limit", v.MAX_SHORT_TEXT)
+    v.texts(n.warnings, f"{what}.warnings", MAX_WARNINGS, v.MAX_TEXT)
+    return NicFacts(
+        name=n.name, speed_bps=_optional(n, "speed_bps", 0, MAX_BANDWIDTH, what),
+        mtu=_optional(n, "mtu", 0, v.MAX_MTU, what), numa_node=_optional(n, "numa_node", -1, v.MAX_NUMA_NODE, what),
+        local_cpus=_cpus(n.local_cpus, f"nics[{i}].local_cpus"),
+        pcie_usable_bps=_optional(n, "pcie_usable_bps", 0, MAX_BANDWIDTH, what),
+        capacity_bps=_optional(n, "capacity_bps", 0, MAX_BANDWIDTH, what), limit=n.limit, warnings=tuple(n.warnings))
+
+
 def facts_in(message: pb.HostFacts) -> AgentFacts:
-    """The core's facts of a `HostFacts` message."""
-    nics = tuple(NicFacts(
-        name=n.name, speed_bps=_optional(n, "speed_bps"), mtu=_optional(n, "mtu"),
-        numa_node=_optional(n, "numa_node"), local_cpus=tuple(_bounded(n.local_cpus, f"nics[{i}].local_cpus")),
-        pcie_usable_bps=_optional(n, "pcie_usable_bps"), capacity_bps=_optional(n, "capacity_bps"),
-        limit=n.limit, warnings=tuple(n.warnings)) for i, n in enumerate(_bounded(message.nics, "nics")))
-    for i, nic in enumerate(nics):
-        if not nic.name:
-            raise InvalidArgument(f"facts.nics[{i}].name: empty; every NIC needs its interface name")
+    """The core's facts of a `HostFacts` message, every field within the limits of `sdn_app.core.validation`."""
+    nics = tuple(_nic_in(n, i) for i, n in enumerate(_bounded(message.nics, "nics")))
+    v.text(message.data_nic, "facts.data_nic", v.MAX_NAME)
     if message.data_nic and message.data_nic not in {nic.name for nic in nics}:
-        raise InvalidArgument(f"facts.data_nic {message.data_nic!r}: not one of the NICs reported "
-                              f"({', '.join(nic.name for nic in nics) or 'none'})")
-    rdma = tuple(RdmaFacts(d.name, tuple(d.netdevs)) for d in _bounded(message.rdma_devices, "rdma_devices"))
-    numa = tuple((n.node, tuple(n.cpus)) for n in _bounded(message.numa_nodes, "numa_nodes"))
-    return AgentFacts(nics=nics, rdma_devices=rdma, cpus=tuple(_bounded(message.cpus, "cpus")), numa_nodes=numa,
+        raise InvalidArgument(f"facts.data_nic {v.shown(message.data_nic)}: not one of the NICs reported "
+                              f"({v.shown(', '.join(nic.name for nic in nics) or 'none', 200)})")
+    rdma = []
+    for i, d in enumerate(_bounded(message.rdma_devices, "rdma_devices")):
+        v.text(d.name, f"facts.rdma_devices[{i}].name", v.MAX_NAME)
+        rdma.append(RdmaFacts(d.name, v.texts(d.netdevs, f"facts.rdma_devices[{i}].netdevs", MAX_FACT_ITEMS,
+                                              v.MAX_NAME)))
+    numa = []
+    for i, n in enumerate(_bounded(message.numa_nodes, "numa_nodes")):
+        v.whole(n.node, f"facts.numa_nodes[{i}].node", 0, v.MAX_NUMA_NODE)
+        numa.append((n.node, _cpus(n.cpus, f"numa_nodes[{i}].cpus")))
+    v.text(message.agent_version, "facts.agent_version", v.MAX_SHORT_TEXT)
+    v.text(message.hostname, "facts.hostname", v.MAX_HOST)
+    return AgentFacts(nics=nics, rdma_devices=tuple(rdma), cpus=_cpus(message.cpus, "cpus"), numa_nodes=tuple(numa),
                       agent_version=message.agent_version, hostname=message.hostname, data_nic=message.data_nic)
+
+
+def take_jobs_dtn(topology: Topology, dtn: str) -> str:
+    """The DTN of a TakeJobs request: INVALID_ARGUMENT when empty or too long, NOT_FOUND when the
+    topology has none of that name (no job could ever come: the stream is refused at once).
+    The streaming handler calls it first, once the caller is authenticated."""
+    return v.known_dtn(topology.dtns, dtn, "dtn", topology.name)
+
+
+def _outcome_in(outcome: pb.TransferOutcome) -> None:
+    v.text(outcome.error, "outcome.error", v.MAX_TEXT)
+    v.texts(outcome.files, "outcome.files", v.MAX_OUTCOME_FILES, v.MAX_PATH)
 
 
 def facts_out(facts: AgentFacts) -> pb.HostFacts:
@@ -97,12 +140,14 @@ class AgentServicer(_Base, pb_grpc.AgentServiceServicer):
 
     @rpc
     def RegisterAgent(self, request: pb.RegisterAgentRequest, context, principal: Principal):
+        name_in(request.dtn, "dtn", required=True)
         facts = facts_in(request.facts)
         bound = self.auth.bound_dtn(principal)
         return self.worker.call(lambda: agent_out(self.registry.register(principal, request.dtn, facts, bound)))
 
     @rpc
     def Heartbeat(self, request: pb.HeartbeatRequest, context, principal: Principal):
+        name_in(request.dtn, "dtn", required=True)
         bound = self.auth.bound_dtn(principal)
         return self.worker.call(lambda: agent_out(self.registry.heartbeat(principal, request.dtn, bound)))
 
@@ -114,9 +159,10 @@ class AgentServicer(_Base, pb_grpc.AgentServiceServicer):
     @rpc
     def GetAgent(self, request: pb.GetAgentRequest, context, principal: Principal):
         self.registry.check_may_read(principal)
+        name_in(request.name)
         return self.worker.call(lambda: agent_out(self.registry.get(request.name)))
 
-    def WatchAgents(self, request: pb.WatchAgentsRequest, context) -> Iterator[pb.AgentEvent]:
+    async def WatchAgents(self, request: pb.WatchAgentsRequest, context) -> AsyncIterator[pb.AgentEvent]:
         def subscribe(principal: Principal):
             self.registry.check_may_read(principal)
             return self.hub.subscribe(lambda event: isinstance(event, AgentEvent)), self.registry.list()
@@ -125,25 +171,36 @@ class AgentServicer(_Base, pb_grpc.AgentServiceServicer):
             if request.include_existing:
                 for agent in existing:
                     yield pb.AgentEvent(state=_state_out(agent.state), reason="snapshot", agent=agent_out(agent))
-        return self.stream(context, self.hub, subscribe, first, event_out)
+        async for message in self.stream(context, self.hub, subscribe, first, event_out):
+            yield message
 
-    def TakeJobs(self, request: pb.TakeJobsRequest, context) -> Iterator[pb.TransferJob]:
+    async def TakeJobs(self, request: pb.TakeJobsRequest, context) -> AsyncIterator[pb.TransferJob]:
         hub = self.worker.hub_for(self.desk)
 
         def subscribe(principal: Principal):
+            take_jobs_dtn(self.registry.topology, request.dtn)
             pending = self.desk.jobs_for(principal, request.dtn, self.auth.bound_dtn(principal))
             wanted = request.dtn
-            return hub.subscribe(lambda e: isinstance(e, JobOffer) and e.job.dtn == wanted), pending
-        return self.stream(context, hub, subscribe, lambda pending: (job_out(job) for job in pending),
-                           lambda offer: job_out(offer.job))
+            return hub.subscribe(lambda e: isinstance(e, JobOffer) and e.job.dtn == wanted, jobs_topic(wanted)), pending
+        async for message in self.stream(context, hub, subscribe, lambda pending: (job_out(job) for job in pending),
+                                         lambda offer: job_out(offer.job)):
+            yield message
 
     @rpc
     def ReportTransfer(self, request: pb.TransferReport, context, principal: Principal):
         bound = self.auth.bound_dtn(principal)
+        name_in(request.transfer, "transfer", required=True)
+        name_in(request.dtn, "dtn", required=True)
         role = role_in(request.role)
         which = request.WhichOneof("what")
+        if request.HasField("final") and which != "outcome":
+            raise InvalidArgument("final: only with outcome (the summary report of a side that ended)")
+        if which != "listening_port" and request.listening_host:
+            raise InvalidArgument("listening_host: only with listening_port")
         desk = self.desk
         if which == "listening_port":
+            v.port(request.listening_port, "listening_port")
+            v.host(request.listening_host, "listening_host")
             stop, why = self.worker.call(lambda: desk.receiver_ready(
                 principal, request.dtn, request.transfer, request.listening_port, request.listening_host, bound))
         elif which == "rate":
@@ -152,7 +209,8 @@ class AgentServicer(_Base, pb_grpc.AgentServiceServicer):
                                                              report, bound))
         elif which == "outcome":
             outcome = request.outcome
-            final = rate_in(request.final, request.transfer) if request.HasField("final") else None
+            _outcome_in(outcome)
+            final = rate_in(request.final, request.transfer, "final") if request.HasField("final") else None
             verified = outcome.checksums_verified if outcome.HasField("checksums_verified") else None
             transfer = self.worker.call(lambda: desk.finished(principal, request.dtn, request.transfer, role,
                                                               outcome.ok, outcome.error, verified, final, bound))

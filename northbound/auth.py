@@ -36,11 +36,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sdn_app.core.errors import InvalidArgument, Unauthenticated
 from sdn_app.core.reservations import Principal, Role
-from sdn_app.core.topology_schema import describe_validation_error, field_path, read_yaml
+from sdn_app.core.topology_schema import (
+    capped_problems,
+    describe_validation_error,
+    field_path,
+    read_text_file,
+    read_yaml,
+)
 
 log = logging.getLogger(__name__)
 DEV_PRINCIPAL = Principal("dev", Role.ADMIN)
 MIN_TOKEN_LENGTH = 16
+MAX_TOKENS_FILE_BYTES = 256 * 1024  # about 2,000 entries; a show has a few dozen
+MAX_TOKENS = 2048
 
 
 class _TokenEntry(BaseModel):
@@ -68,7 +76,7 @@ class _TokenEntry(BaseModel):
 class _TokensFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tokens: Annotated[list[_TokenEntry], Field(min_length=1)]
+    tokens: Annotated[list[_TokenEntry], Field(min_length=1, max_length=MAX_TOKENS)]
 
 
 def _describe(exc: ValidationError, source: str) -> list[str]:
@@ -108,15 +116,19 @@ class Authenticator:
     def from_file(cls, path: str | Path) -> Authenticator:
         """Load a tokens file; errors name the file and field."""
         source = str(path)
+        text = read_text_file(path, MAX_TOKENS_FILE_BYTES, "tokens file")
         try:
-            text = Path(path).read_text(encoding="utf-8")
             mode = os.stat(path).st_mode
         except OSError as exc:
             raise InvalidArgument(f"{source}: cannot read tokens file: {exc.strerror or exc}") from None
+        data = read_yaml(text, source)
+        if isinstance(data, dict) and isinstance(data.get("tokens"), list) and len(data["tokens"]) > MAX_TOKENS:
+            raise InvalidArgument(f"{source}: tokens: {len(data['tokens']):,} entries; at most {MAX_TOKENS:,} "
+                                  "are accepted")
         try:
-            parsed = _TokensFile.model_validate(read_yaml(text, source))
+            parsed = _TokensFile.model_validate(data)
         except ValidationError as exc:
-            problems = "\n  ".join(_describe(exc, source))
+            problems = "\n  ".join(capped_problems(_describe(exc, source), source))
             raise InvalidArgument(f"invalid tokens file:\n  {problems}") from None
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             log.warning("tokens file %s is readable by other users; chmod 600 it", source)
@@ -162,3 +174,11 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def plaintext_token_addresses(addresses: Sequence[str], tokens: bool, tls: bool) -> list[str]:
+    """The listen addresses where bearer tokens would cross a network in plaintext: with tokens and
+    without TLS, every address beyond loopback and unix: sockets (empty otherwise)."""
+    if not tokens or tls:
+        return []
+    return [address for address in addresses if not is_loopback(address)]

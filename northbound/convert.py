@@ -13,6 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
+from sdn_app.core import validation
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import Path, PathRequest
 from sdn_app.core.reservations import Event, PathChoice, Reservation, ReservationBook, State
@@ -55,17 +56,24 @@ def bandwidth_in(value: int, field: str = "bandwidth_bps") -> int:
     if value <= 0:
         raise InvalidArgument(f"{field}: must be greater than zero")
     if value > MAX_BANDWIDTH:
-        raise InvalidArgument(f"{field}: {value} bit/s is more than any network carries")
+        raise InvalidArgument(f"{field}: {value} bit/s is more than any network carries (at most {MAX_BANDWIDTH})")
     return value
 
 
 def _names(values, field: str) -> tuple[str, ...]:
-    if len(values) > MAX_NAMES:
-        raise InvalidArgument(f"{field}: at most {MAX_NAMES} entries")
-    for i, value in enumerate(values):
-        if not value or len(value) > 200:
-            raise InvalidArgument(f"{field}[{i}]: must be a switch or link name")
-    return tuple(values)
+    return validation.texts(values, field, MAX_NAMES, validation.MAX_NAME)
+
+
+def name_in(value: str, field: str = "name", required: bool = False) -> str:
+    """A name (DTN, object name, owner): at most `validation.MAX_NAME` characters."""
+    return validation.text(value, field, validation.MAX_NAME, required)
+
+
+def max_hops_in(message, field: str = "max_hops") -> int | None:
+    """The optional `max_hops` of a message: 0 to `validation.MAX_HOPS`, or None when unset."""
+    if not message.HasField("max_hops"):
+        return None
+    return validation.whole(message.max_hops, field, 0, validation.MAX_HOPS)
 
 
 def policy_in(value: int) -> str:
@@ -96,16 +104,13 @@ def window_in(message, now: float) -> tuple[float, float]:
 
 def path_request_in(message, bandwidth: int, now: float, protect: bool = False) -> PathRequest:
     """A `PathRequest` from CreateReservationRequest or QueryAvailabilityRequest fields."""
-    if not message.source_dtn:
-        raise InvalidArgument("source_dtn: required")
-    if not message.destination_dtn:
-        raise InvalidArgument("destination_dtn: required")
+    name_in(message.source_dtn, "source_dtn", required=True)
+    name_in(message.destination_dtn, "destination_dtn", required=True)
     start, end = window_in(message, now)
     return PathRequest(
         src=message.source_dtn, dst=message.destination_dtn, bandwidth=bandwidth, start=start, end=end,
         policy=policy_in(message.policy), include=_names(message.include, "include"),
-        exclude=_names(message.exclude, "exclude"),
-        max_hops=message.max_hops if message.HasField("max_hops") else None, protect=protect,
+        exclude=_names(message.exclude, "exclude"), max_hops=max_hops_in(message), protect=protect,
     )
 
 
@@ -113,7 +118,7 @@ def path_choice_in(message: pb.PathConstraints) -> PathChoice:
     """A core `PathChoice` from PathConstraints."""
     return PathChoice(policy=policy_in(message.policy), include=_names(message.include, "path.include"),
                       exclude=_names(message.exclude, "path.exclude"),
-                      max_hops=message.max_hops if message.HasField("max_hops") else None)
+                      max_hops=max_hops_in(message, "path.max_hops"))
 
 
 def state_in(value: int) -> State | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import ssl
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from northbound.agent_servicer import AgentServicer
-from northbound.auth import Authenticator, is_loopback
+from northbound.auth import Authenticator, is_loopback, plaintext_token_addresses
+from northbound.loop import LoopThread
 from northbound.proto.tsdn.v1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -24,12 +27,19 @@ from northbound.proto.tsdn.v1 import (
     transfer_pb2_grpc,
 )
 from northbound.servicers import BandwidthServicer, TopologyServicer
+from northbound.streams import (
+    DEFAULT_MAX_STREAMS,
+    DEFAULT_MAX_STREAMS_PER_PRINCIPAL,
+    StreamGate,
+    StreamLimits,
+    StreamSlots,
+)
 from northbound.transfers import TransferServicer
 from sdn_app.core.agents import DEFAULT_HEARTBEAT_TIMEOUT, AgentRegistry
 from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
 from sdn_app.core.ledger import Ledger
-from sdn_app.core.reservations import Principal, ReservationBook, Role
+from sdn_app.core.reservations import DEFAULT_KEEP_ENDED, Principal, ReservationBook, Role, Sweeper
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfers import TransferDesk
 from sdn_app.worker import CoreWorker
@@ -41,7 +51,10 @@ SERVICES = (
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     transfer_pb2.DESCRIPTOR.services_by_name["TransferService"].full_name,
 )
-RPC_THREADS = 64  # each open WatchReservations stream holds one
+# gRPC runs on asyncio (northbound/loop.py): streams wait there without holding a thread, and a unary
+# call's body runs as one job on the core worker (servicers.rpc). This pool only runs the bodies kept
+# off the core thread (`@rpc(on_core=False)`: GetTopologyStatus, ListReservations).
+RPC_THREADS = 16
 
 
 @dataclass
@@ -61,6 +74,10 @@ class ControllerConfig:
     agent_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT  # seconds without a heartbeat before an agent is LOST
     listen_http: str | None = None  # live map + /metrics (HOST:PORT; `tsdn controller` defaults to 127.0.0.1:8080)
     http_required: bool = True  # False: a busy listen_http is a warning (the CLI's default address), not an error
+    allow_plaintext_tokens: bool = False  # serve --tokens without TLS beyond loopback (warned about loudly)
+    keep_ended: float = DEFAULT_KEEP_ENDED  # seconds an ended reservation stays in memory (inf: for good)
+    max_streams: int = DEFAULT_MAX_STREAMS  # server streams (Watch*, TakeJobs, ...) open at once, in total
+    max_streams_per_principal: int = DEFAULT_MAX_STREAMS_PER_PRINCIPAL  # ... and per principal
     clock: Clock = field(default_factory=SystemClock)
 
 
@@ -81,10 +98,60 @@ def _credentials(config: ControllerConfig) -> grpc.ServerCredentials | None:
     assert config.tls_key is not None
     pair = (_read(config.tls_key, "--tls-key"), _read(config.tls_cert, "--tls-cert"))
     client_ca = _read(config.client_ca, "--client-ca") if config.client_ca else None
+    _check_tls(config.tls_cert, pair[1], config.tls_key, pair[0], config.client_ca, client_ca)
     try:
         return grpc.ssl_server_credentials([pair], root_certificates=client_ca, require_client_auth=bool(client_ca))
     except (ValueError, RuntimeError) as exc:
         raise InvalidArgument(f"--tls-cert/--tls-key: not a usable PEM certificate and key: {exc}") from None
+
+
+def _check_tls(cert_path: Path, cert: bytes, key_path: Path, key: bytes, ca_path: Path | None,
+               ca: bytes | None) -> None:
+    """InvalidArgument naming the file and what is wrong with it, for TLS material gRPC would take
+    and then fail to listen with ("Failed to bind"): a certificate or key that is not PEM, an
+    encrypted key, a key that does not match the certificate, a client CA with no certificate."""
+    if b"-----BEGIN CERTIFICATE-----" not in cert:
+        raise InvalidArgument(f"--tls-cert {cert_path}: not a PEM certificate (no -----BEGIN CERTIFICATE----- line)")
+    if b"PRIVATE KEY-----" not in key:
+        raise InvalidArgument(f"--tls-key {key_path}: not a PEM private key (no -----BEGIN ... PRIVATE KEY----- line)")
+    if b"ENCRYPTED" in key:
+        raise InvalidArgument(f"--tls-key {key_path}: the key is encrypted; gRPC cannot ask for its passphrase, "
+                              "give it unencrypted (openssl pkey -in KEY -out KEY.plain) and chmod 600")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_verify_locations(cadata=cert.decode("ascii", errors="replace"))
+    except ssl.SSLError as exc:
+        raise InvalidArgument(f"--tls-cert {cert_path}: the certificate cannot be read: damaged, or not X.509 "
+                              f"(OpenSSL: {_ssl_reason(exc)})") from None
+
+    def no_passphrase() -> bytes:
+        raise InvalidArgument(f"--tls-key {key_path}: the key is encrypted; give it unencrypted")
+    try:
+        context.load_cert_chain(cert_path, key_path, password=no_passphrase)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise InvalidArgument(f"--tls-key {key_path}: does not match the certificate in --tls-cert {cert_path} "
+                                  "(they are not one key pair)") from None
+        raise InvalidArgument(f"--tls-key {key_path}: the private key cannot be read: damaged, or of a kind "
+                              f"OpenSSL does not know (OpenSSL: {_ssl_reason(exc)})") from None
+    except OSError as exc:
+        raise InvalidArgument(f"--tls-cert {cert_path} / --tls-key {key_path}: {exc.strerror or exc}") from None
+    if ca is not None:
+        if b"-----BEGIN CERTIFICATE-----" not in ca:
+            raise InvalidArgument(f"--client-ca {ca_path}: not a PEM CA certificate "
+                                  "(no -----BEGIN CERTIFICATE----- line)")
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cadata=ca.decode("ascii", errors="replace"))
+        except ssl.SSLError as exc:
+            raise InvalidArgument(f"--client-ca {ca_path}: the CA certificate cannot be read: damaged, or not X.509 "
+                                  f"(OpenSSL: {_ssl_reason(exc)})") from None
+
+
+def _ssl_reason(error: ssl.SSLError) -> str:
+    """What OpenSSL found, in words (its reason code, or its message without the source line)."""
+    if error.reason:
+        return error.reason.replace("_", " ").lower()
+    return str(error.args[1] if len(error.args) > 1 else error).split(" (_ssl.c")[0]
 
 
 def _host_port(address: str, option: str) -> tuple[str, int]:
@@ -110,19 +177,34 @@ class Controller:
         else:
             self.auth = Authenticator.from_file(config.tokens)
         credentials = _credentials(config)
+        self.plaintext_tokens = plaintext_token_addresses((config.listen_grpc, *config.also_listen),
+                                                          tokens=config.tokens is not None, tls=credentials is not None)
+        if self.plaintext_tokens and not config.allow_plaintext_tokens:
+            option = "--listen-grpc" if self.plaintext_tokens[0] == config.listen_grpc else "--also-listen"
+            raise InvalidArgument(
+                f"{option} {self.plaintext_tokens[0]}: bearer tokens would cross the network in plaintext there, "
+                "where anyone on the path can read and reuse them. Serve TLS (--tls-cert and --tls-key), or, "
+                "on a network you trust, say so with --allow-plaintext-tokens")
         if not 0 < config.emulation_scale <= 1:
             raise InvalidArgument(f"--emulation-scale: must be in (0, 1], got {config.emulation_scale}")
+        self.streams = StreamSlots(StreamLimits(config.max_streams, config.max_streams_per_principal))
         self.topology = Topology.load(config.topology)
+        for warning in self.topology.unreachable_dtn_warnings():  # as `tsdn topo validate` says
+            log.warning("%s: %s", config.topology, warning)
         self.agents = AgentRegistry(self.topology, config.clock, config.agent_timeout, config.emulation_scale)
         for principal, dtn in sorted(self.auth.agent_dtns.items()):
             if dtn not in self.topology.dtns:
                 raise InvalidArgument(f"{config.tokens}: agent {principal}: dtn {dtn!r} is not a DTN of "
                                       f"topology {self.topology.name}")
-        self.ledger = Ledger(self.topology.capacities(), config.state, config.clock)
+        # exclusive: one controller per state file; a second one refuses, naming this one
+        self.ledger = Ledger(self.topology.capacities(), config.state, config.clock, exclusive=True)
         self.fabric = None
         try:
             self.book = ReservationBook(self.topology, self.ledger, config.clock,
-                                        provisioning=config.listen_openflow is not None)
+                                        provisioning=config.listen_openflow is not None,
+                                        keep_ended=config.keep_ended)
+            for repair in self.book.repairs:  # bookings that no longer fit the topology: never silently
+                log.warning("%s: %s %s: %s", config.state, repair.reservation, repair.action, repair.reason)
             self.book.host_limits = self.agents.host_limit
             # The transfers stored with the reservations: the running ones are picked up.
             self.transfers = TransferDesk(self.book, self.agents, config.clock, config.emulation_scale)
@@ -138,40 +220,50 @@ class Controller:
         except BaseException:
             self.ledger.close()
             raise
-        self.worker = CoreWorker(self.book, self.fabric, tickers=(self.agents, self.transfers))
+        self.worker = CoreWorker(self.book, self.fabric, tickers=(self.agents, self.transfers, Sweeper(self.book)))
         # --- live map and /metrics (sdn_app/web) ---
         self.web = None
         if config.listen_http is not None:
             self.web = self._web_server(config.listen_http)
         # --- end live map ---
-        self.health = health.HealthServicer()
-        self.server = grpc.server(ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="grpc"),
-                                  options=[("grpc.so_reuseport", 0)])
-        bandwidth_pb2_grpc.add_BandwidthServiceServicer_to_server(BandwidthServicer(self.worker, self.auth),
-                                                                  self.server)
+        # gRPC on asyncio, on a loop thread of its own: however many streams are open, they hold no
+        # thread, and unary calls never queue behind them (see RPC_THREADS).
+        self.loop = LoopThread("tsdn-grpc")
+        try:
+            self.health, self.server = self.loop.run(self._grpc_server())
+            self.port = 0
+            for address in (config.listen_grpc, *config.also_listen):
+                try:
+                    port = (self.loop.call(self.server.add_insecure_port, address) if credentials is None
+                            else self.loop.call(self.server.add_secure_port, address, credentials))
+                except RuntimeError as exc:
+                    raise FailedPrecondition(f"gRPC address {address}: cannot listen there ({exc})") from None
+                if not port:
+                    raise FailedPrecondition(f"gRPC address {address}: cannot listen there (in use?)")
+                self.port = self.port or port
+        except BaseException:
+            self.loop.close()
+            self.ledger.close()
+            raise
+
+    async def _grpc_server(self) -> tuple[health.aio.HealthServicer, grpc.aio.Server]:
+        """The asyncio gRPC server with every service, health and reflection (on the loop: it binds to it)."""
+        self._pool = ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="grpc")
+        asyncio.get_running_loop().set_default_executor(self._pool)  # for the few unary calls kept off the core
+        server = grpc.aio.server(migration_thread_pool=self._pool, options=[("grpc.so_reuseport", 0)],
+                                 interceptors=[StreamGate(self.auth, self.streams)])
+        bandwidth_pb2_grpc.add_BandwidthServiceServicer_to_server(BandwidthServicer(self.worker, self.auth), server)
         topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(self.worker, self.auth, self.fabric),
-                                                                self.server)
+                                                                server)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(
-            AgentServicer(self.worker, self.auth, self.agents, self.transfers), self.server)
+            AgentServicer(self.worker, self.auth, self.agents, self.transfers), server)
         transfer_pb2_grpc.add_TransferServiceServicer_to_server(
-            TransferServicer(self.worker, self.auth, self.transfers), self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+            TransferServicer(self.worker, self.auth, self.transfers), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
-            (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
-            self.server,
-        )
-        self.port = 0
-        for address in (config.listen_grpc, *config.also_listen):
-            try:
-                port = (self.server.add_insecure_port(address) if credentials is None
-                        else self.server.add_secure_port(address, credentials))
-            except RuntimeError as exc:
-                self.ledger.close()
-                raise FailedPrecondition(f"gRPC address {address}: cannot listen there ({exc})") from None
-            if not port:
-                self.ledger.close()
-                raise FailedPrecondition(f"gRPC address {address}: cannot listen there (in use?)")
-            self.port = self.port or port
+            (*SERVICES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server)
+        return health_servicer, server
 
     def _web_server(self, address: str):
         """The read-only HTTP server of the live map and /metrics, bound (served from `start`)."""
@@ -179,6 +271,7 @@ class Controller:
 
         host, port = _host_port(address, "--listen-http")
         live = LiveMap(self.worker, self.topology, self.fabric, self.config.emulation_scale)
+        live.metrics.set_ledger_repairs(self.book.ledger_repairs)  # all made while loading, before this
         try:
             web = WebServer(live, (host, port))
         except OSError as exc:
@@ -196,6 +289,15 @@ class Controller:
         return web
 
     @property
+    def plaintext_warning(self) -> str | None:
+        """What to warn of when --allow-plaintext-tokens let tokens cross a network in plaintext (None: nowhere)."""
+        if not self.plaintext_tokens:
+            return None
+        return (f"PLAINTEXT TOKENS: bearer tokens reach {', '.join(self.plaintext_tokens)} without TLS "
+                "(--allow-plaintext-tokens): anyone on the path can read and reuse them. Serve TLS "
+                "(--tls-cert and --tls-key) unless every network between callers and this controller is trusted.")
+
+    @property
     def http_address(self) -> str | None:
         """`host:port` of the live map, when served."""
         return self.web.address if self.web is not None else None
@@ -211,23 +313,28 @@ class Controller:
         if self.fabric is not None:
             book, worker = self.book, self.worker
             self.fabric.link_listener = lambda link, up, reason: worker.submit(book.set_link_state, link, up, reason)
-        self.server.start()
+        self.loop.run(self.server.start())
         if self.web is not None:  # live map
             self.web.start()
             log.info("live map on http://%s/ (Prometheus metrics at /metrics)", self.web.address)
         for service in ("", *SERVICES):
-            self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+            self.loop.run(self.health.set(service, health_pb2.HealthCheckResponse.SERVING))
         if self.auth.development_mode:
             log.warning("DEVELOPMENT MODE: no --tokens file, so every caller on %s is the admin 'dev'. "
                         "Give --tokens before anyone else can reach this port.", self.address)
+        if self.plaintext_warning is not None:
+            log.warning("%s", self.plaintext_warning)
         log.info("tsdn controller: topology %s, state %s, gRPC on %s%s", self.topology.summary(), self.config.state,
                  self.address, " (TLS)" if self.config.tls_cert else "")
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop serving (in-flight calls get `grace` seconds), stop the worker, close the database."""
-        self.health.enter_graceful_shutdown()
-        self.worker.close_watchers()
-        self.server.stop(grace).wait(grace + 1)
+        if self.loop.running:
+            self.loop.run(self.health.enter_graceful_shutdown())
+            self.worker.close_watchers()
+            self.loop.run(self.server.stop(grace), timeout=grace + 5)
+            self.loop.close()
+            self._pool.shutdown(wait=False, cancel_futures=True)
         if self.web is not None:  # live map
             self.web.stop()
         self.worker.stop()

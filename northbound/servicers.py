@@ -6,10 +6,11 @@ Core errors become status codes with the core's message.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-import queue
-from collections.abc import Callable, Iterator
+from collections import OrderedDict, defaultdict
+from collections.abc import AsyncIterator, Callable, Iterator
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -21,83 +22,158 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc as pb_grpc
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
 from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
+from northbound.streams import OPEN_HEADER
 from sdn_app.core.errors import InvalidArgument, TsdnError
-from sdn_app.core.reservations import Event, Principal, ReservationBook
-from sdn_app.worker import CoreWorker, EventHub, Subscription
+from sdn_app.core.reservations import Event, Principal, ReservationBook, Role
+from sdn_app.worker import CoreWorker, EventHub, Subscription, owner_topic
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
-WATCH_POLL_SECONDS = 0.5
+MAX_STATUS_BYTES = 2000  # x3 when percent-encoded: within the 8 KiB of trailers a client accepts
 
 
 def _status(error: TsdnError) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, error.code, grpc.StatusCode.UNKNOWN)
 
 
-def rpc(method: F) -> F:
-    """Authenticate the caller, pass the principal in, turn core errors into status codes."""
-    @wraps(method)
-    def handler(self: _Base, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            principal = self.auth.authenticate(context.invocation_metadata())
-            return method(self, request, context, principal)
-        except TsdnError as error:
-            context.abort(_status(error), str(error))
-        except TimeoutError:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the controller core did not answer in time; retry")
-        except Exception as error:  # a bug: say so as INTERNAL, never as an anonymous UNKNOWN
-            if not self.worker.running:
-                context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down")
-            log.exception("internal error in %s", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
-    return handler  # type: ignore[return-value]
+def status_message(error: BaseException | str) -> str:
+    """The text of an error as a status message, cut to `MAX_STATUS_BYTES` of UTF-8: a longer one
+    does not fit the response's trailers (8 KiB by default, percent-encoded), and the caller
+    would get a transport error instead of ours."""
+    text = str(error)
+    encoded = text.encode("utf-8", errors="replace")
+    if len(encoded) <= MAX_STATUS_BYTES:
+        return text
+    return encoded[:MAX_STATUS_BYTES].decode("utf-8", errors="ignore") + " ... (message cut)"
+
+
+def rpc(method: F | None = None, *, on_core: bool = True) -> Any:
+    """Authenticate the caller, pass the principal in, turn core errors into status codes.
+
+    The gRPC handler is a coroutine on the server's asyncio loop, holding no thread while it
+    waits. The method itself stays a plain function (check the fields, hand work to the core with
+    `self.worker.call`): it runs as one job on the core worker's thread, where `worker.call` runs
+    at once, so a unary call costs two thread hand-offs (loop, core, loop). A method that must
+    not run on the core thread (one that takes the OpenFlow side's lock, or does much work of its
+    own beside the core's, like turning a page of 1000 reservations into messages) says
+    `@rpc(on_core=False)` and runs in the loop's thread pool. Methods do not use `context`.
+    """
+    def decorate(method: F) -> F:
+        @wraps(method)
+        async def handler(self: _Base, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                principal = self.auth.authenticate(context.invocation_metadata())
+                if on_core:
+                    return await self.worker.call_async(lambda: method(self, request, context, principal))
+                return await asyncio.get_running_loop().run_in_executor(None, method, self, request, context,
+                                                                        principal)
+            except TsdnError as error:
+                await context.abort(_status(error), status_message(error))
+            except TimeoutError:
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                    "the controller core did not answer in time; retry")
+            except Exception as error:  # a bug: say so as INTERNAL, never as an anonymous UNKNOWN
+                if not self.worker.running:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down")
+                log.exception("internal error in %s", method.__name__)
+                await context.abort(grpc.StatusCode.INTERNAL,
+                                    status_message(f"internal error: {type(error).__name__}: {error}"))
+        return handler  # type: ignore[return-value]
+    return decorate(method) if method is not None else decorate
+
+
+class _Converted:
+    """The message of each recent event, converted once however many streams it goes to (every
+    stream runs on the one asyncio loop thread: no lock)."""
+
+    def __init__(self, size: int = 1024):
+        self._size = size
+        self._recent: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+
+    def message(self, event: Any, convert: Callable[[Any], Any]) -> Any:
+        """`convert(event)`, or the message it gave for this very event before."""
+        held = self._recent.get(id(event))
+        if held is not None and held[0] is event:  # the event is held, so its id is not reused meanwhile
+            return held[1]
+        message = convert(event)
+        self._recent[id(event)] = (event, message)
+        if len(self._recent) > self._size:
+            self._recent.popitem(last=False)
+        return message
 
 
 class _Base:
     def __init__(self, worker: CoreWorker, auth: Authenticator):
         self.worker = worker
         self.auth = auth
+        self._converted: defaultdict[Any, _Converted] = defaultdict(_Converted)  # by event_out's code
 
-    def stream(self, context: grpc.ServicerContext, hub: EventHub,
-               subscribe: Callable[[Principal], tuple[Subscription, Any]], first: Callable[[Any], Iterator[Any]],
-               event_out: Callable[[Any], Any], ends: Callable[[Any], bool] = lambda _: False) -> Iterator[Any]:
-        """A server stream: authenticate, `subscribe` on the worker thread (so its snapshot and
-        the subscription see exactly the same events), yield `first(snapshot)`, then
-        `event_out(event)` for each event (None: skip it) until the caller cancels, the server
-        stops, or an event `ends` the stream; a `first` that returns True ends it after the snapshot."""
+    async def stream(self, context: grpc.aio.ServicerContext, hub: EventHub,
+                     subscribe: Callable[[Principal], tuple[Subscription, Any]],
+                     first: Callable[[Any], Iterator[Any]], event_out: Callable[[Any], Any],
+                     ends: Callable[[Any], bool] = lambda _: False) -> AsyncIterator[Any]:
+        """A server stream on the asyncio loop, holding no thread while it waits: authenticate,
+        `subscribe` on the worker thread (so its snapshot and the subscription see exactly the
+        same events), send the response headers with `OPEN_HEADER` (the caller knows it is in), yield
+        `first(snapshot)`, then `event_out(event)` for each event (None: skip it) until the
+        caller cancels, the server stops, or an event `ends` the stream; a `first` that returns
+        True ends it after the snapshot. `event_out` depends on the event alone: each event is
+        converted once, and the message shared by every stream of the same `event_out` code."""
         try:
             principal = self.auth.authenticate(context.invocation_metadata())
-            subscription, snapshot = self.worker.call(lambda: subscribe(principal))
-        except TsdnError as error:
-            context.abort(_status(error), str(error))
-        context.add_callback(lambda: hub.unsubscribe(subscription))
+            subscription, snapshot = await self.worker.call_async(
+                lambda: subscribe(principal), abandoned=lambda subscribed: hub.unsubscribe(subscribed[0]))
+        except Exception as error:
+            await self._abort_stream(context, error)
+        subscription.wake_on(asyncio.get_running_loop())
+        closed = False
         try:
-            if (yield from first(snapshot)):
-                return
-            closed = False
-            while context.is_active():
+            await context.send_initial_metadata((OPEN_HEADER,))
+            snapshot_messages = first(snapshot)
+            while True:
                 try:
-                    event = subscription.events.get(timeout=WATCH_POLL_SECONDS)
-                except queue.Empty:
-                    if subscription.overflowed:  # its queue was full: there was no room for the wake-up
-                        break
-                    continue
-                if event is None:
-                    closed = True
+                    message = next(snapshot_messages)
+                except StopIteration as done:
+                    if done.value:
+                        return
                     break
-                message = event_out(event)
+                yield message
+            while True:
+                event = await subscription.next_async()
+                if event is None:
+                    closed = not subscription.overflowed
+                    break
+                message = self._converted[event_out.__code__].message(event, event_out)
                 if message is not None:
                     yield message
                 if ends(event):
                     return
+        except grpc.aio.AbortError:
+            raise
+        except Exception as error:
+            await self._abort_stream(context, error)
         finally:
             hub.unsubscribe(subscription)
         if subscription.overflowed:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          "this watcher fell too far behind; watch again (with include_existing) to resynchronize")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "this watcher fell too far behind; "
+                                "watch again (with include_existing) to resynchronize")
         # Closed while the caller still listens: the server is stopping (the worker stops only after it).
-        if (closed and context.is_active()) or not self.worker.running:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "the controller is shutting down; watch again after restart")
+        if closed or not self.worker.running:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                "the controller is shutting down; watch again after restart")
+
+    async def _abort_stream(self, context: grpc.aio.ServicerContext, error: Exception) -> None:
+        """End a stream with the status of `error`, as `rpc` does for unary calls."""
+        if isinstance(error, TsdnError):
+            await context.abort(_status(error), status_message(error))
+        if isinstance(error, TimeoutError):
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "the controller core did not answer in time; retry")
+        if not self.worker.running:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                "the controller is shutting down; watch again after restart")
+        log.error("internal error in a stream", exc_info=error)
+        await context.abort(grpc.StatusCode.INTERNAL,
+                            status_message(f"internal error: {type(error).__name__}: {error}"))
 
     @property
     def book(self) -> ReservationBook:
@@ -120,21 +196,23 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
 
     @rpc
     def GetReservation(self, request: pb.GetReservationRequest, context, principal: Principal):
+        convert.name_in(request.name)
         return self.worker.call(lambda: convert.reservation_out(self.book.get(principal, request.name)))
 
-    @rpc
+    @rpc(on_core=False)  # a page of 1000 turned into messages must not hold up the core thread
     def ListReservations(self, request: pb.ListReservationsRequest, context, principal: Principal):
         state = convert.state_in(request.state)
-
-        def listing() -> pb.ListReservationsResponse:
-            page, token = self.book.list(principal, state, request.dtn, request.owner, request.page_size,
-                                         request.page_token)
-            return pb.ListReservationsResponse(reservations=[convert.reservation_out(r) for r in page],
-                                               next_page_token=token)
-        return self.worker.call(listing)
+        convert.name_in(request.dtn, "dtn")
+        convert.name_in(request.owner, "owner")
+        page, token = self.worker.call(lambda: self.book.list(principal, state, request.dtn, request.owner,
+                                                              request.page_size, request.page_token))
+        # Reservations are immutable: a page of 1000 is turned into messages here, not on the core's thread.
+        return pb.ListReservationsResponse(reservations=[convert.reservation_out(r) for r in page],
+                                           next_page_token=token)
 
     @rpc
     def ModifyReservation(self, request: pb.ModifyReservationRequest, context, principal: Principal):
+        convert.name_in(request.name)
         bandwidth = convert.bandwidth_in(request.bandwidth_bps) if request.HasField("bandwidth_bps") else None
         which = request.WhichOneof("new_end")
         if which == "end_time":
@@ -151,6 +229,7 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
 
     @rpc
     def DeleteReservation(self, request: pb.DeleteReservationRequest, context, principal: Principal):
+        convert.name_in(request.name)
         return self.worker.call(lambda: convert.reservation_out(self.book.release(principal, request.name)))
 
     @rpc
@@ -164,13 +243,16 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
                                                 paths=[convert.path_out(p) for p in found.paths], reason=found.reason)
         return self.worker.call(query)
 
-    def WatchReservations(self, request: pb.WatchReservationsRequest, context) -> Iterator[pb.ReservationEvent]:
+    async def WatchReservations(self, request: pb.WatchReservationsRequest,
+                                context) -> AsyncIterator[pb.ReservationEvent]:
         def first(existing: list) -> Iterator[pb.ReservationEvent]:
             for reservation in existing:
                 yield pb.ReservationEvent(state=convert.state_out(reservation.state), reason="snapshot",
                                           reservation=convert.reservation_out(reservation))
-        return self.stream(context, self.worker.hub, lambda principal: self._subscribe(principal, request),
-                           first, convert.event_out)
+        async for message in self.stream(context, self.worker.hub,
+                                         lambda principal: self._subscribe(principal, request), first,
+                                         convert.event_out):
+            yield message
 
     def _subscribe(self, principal: Principal, request: pb.WatchReservationsRequest):
         """On the worker thread: the snapshot and the subscription see exactly the same events."""
@@ -180,7 +262,10 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
         def accept(event: Event) -> bool:
             owner_ok = principal.may_see(event.reservation.owner)
             return owner_ok and (wanted is None or event.reservation.id == wanted)
-        return self.worker.hub.subscribe(accept), existing if request.include_existing else []
+        # Only the events of the owner it may see are offered to it (an admin watching all: every one).
+        owner = existing[0].owner if request.name else None if principal.role is Role.ADMIN else principal.name
+        topic = owner_topic(owner) if owner is not None else None
+        return self.worker.hub.subscribe(accept, topic), existing if request.include_existing else []
 
 
 class TopologyServicer(_Base, topo_grpc.TopologyServiceServicer):
@@ -194,7 +279,7 @@ class TopologyServicer(_Base, topo_grpc.TopologyServiceServicer):
     def GetTopology(self, request: topo_pb.GetTopologyRequest, context, principal: Principal):
         return self.worker.call(lambda: convert.topology_out(self.book))
 
-    @rpc
+    @rpc(on_core=False)
     def GetTopologyStatus(self, request: topo_pb.GetTopologyStatusRequest, context, principal: Principal):
         # The snapshot is taken here, so that the core thread never waits on the OpenFlow side's lock.
         snapshot = self.fabric.link_status() if self.fabric is not None else None

@@ -6,20 +6,29 @@ worker and publishes its transfer events and job offers on its own hub.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Generator, Iterator
+from collections.abc import AsyncIterator, Generator
 
-from dtn_agent.reports import Pinning, RateReport, StreamRate
+from dtn_agent.reports import MAX_STREAMS_REPORTED, Pinning, RateReport, StreamRate
 from northbound import convert
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as pb
 from northbound.proto.tsdn.v1 import transfer_pb2_grpc as pb_grpc
 from northbound.servicers import _Base, rpc
+from sdn_app.core import validation
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.reservations import Principal
-from sdn_app.core.transfers import Job, JobRole, Transfer, TransferDesk, TransferEvent, TransferSpec, TransferState
+from sdn_app.core.transfers import (
+    MAX_FILES,
+    Job,
+    JobRole,
+    Transfer,
+    TransferDesk,
+    TransferEvent,
+    TransferSpec,
+    TransferState,
+)
+from sdn_app.worker import transfer_topic
 
-MAX_STREAMS_REPORTED = 1024
 ENDED = {pb.TRANSFER_SUCCEEDED, pb.TRANSFER_FAILED, pb.TRANSFER_CANCELLED}
 _ROLES = {JobRole.RECEIVE: agent_pb.RECEIVE, JobRole.SEND: agent_pb.SEND, JobRole.STOP: agent_pb.STOP}
 
@@ -32,30 +41,26 @@ def role_in(value: int) -> JobRole:
     raise InvalidArgument("role: RECEIVE or SEND")
 
 
-def _finite(value: float, what: str) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise InvalidArgument(f"{what}: must be a finite number of zero or more, got {value}")
-    return value
-
-
-def rate_in(message: agent_pb.RateReport, transfer: str) -> RateReport:
-    """The `RateReport` an agent sent, checked: no negative or infinite rates."""
-    if len(message.streams) > MAX_STREAMS_REPORTED:
-        raise InvalidArgument(f"rate.streams: {len(message.streams)} entries, at most {MAX_STREAMS_REPORTED}")
-    streams = tuple(StreamRate(s.stream, _finite(s.bits_per_second, "rate.streams.bits_per_second"), s.bytes_total,
+def rate_in(message: agent_pb.RateReport, transfer: str, what: str = "rate") -> RateReport:
+    """The `RateReport` an agent sent, checked by `RateReport.check` (finite numbers within their
+    ranges, an end not before the start, bounded lists and texts); errors name `what.field`."""
+    validation.entries(message.streams, f"{what}.streams", MAX_STREAMS_REPORTED)
+    validation.entries(message.pinning.cpus, f"{what}.pinning.cpus", validation.MAX_LIST)
+    streams = tuple(StreamRate(s.stream, s.bits_per_second, s.bytes_total,
                                s.retransmits if s.HasField("retransmits") else None,
                                s.rtt_ms if s.HasField("rtt_ms") else None) for s in message.streams)
     pin = message.pinning
-    return RateReport(
-        transfer_id=transfer.removeprefix("transfers/"), engine=message.engine,
-        start=_finite(message.start, "rate.start"), end=_finite(message.end, "rate.end"),
-        bits_per_second=_finite(message.bits_per_second, "rate.bits_per_second"), bytes_total=message.bytes_total,
+    report = RateReport(
+        transfer_id=transfer.removeprefix("transfers/"), engine=message.engine, start=message.start, end=message.end,
+        bits_per_second=message.bits_per_second, bytes_total=message.bytes_total,
         streams=streams, retransmits=message.retransmits if message.HasField("retransmits") else None,
         rtt_ms=message.rtt_ms if message.HasField("rtt_ms") else None,
         cpu_percent=message.cpu_percent if message.HasField("cpu_percent") else None,
         pinning=Pinning(tuple(pin.cpus), pin.numa_node if pin.HasField("numa_node") else None,
                         pin.method or "none", pin.note),
         final=message.final)
+    report.check(what)
+    return report
 
 
 def rate_out(report: RateReport) -> agent_pb.RateReport:
@@ -93,16 +98,22 @@ def job_out(job: Job) -> agent_pb.TransferJob:
 
 
 def spec_in(request: pb.StartTransferRequest) -> TransferSpec:
-    """The core's `TransferSpec` of a StartTransferRequest (checked by the desk)."""
-    if not request.src_dtn:
-        raise InvalidArgument("src_dtn: required")
-    if not request.dst_dtn:
-        raise InvalidArgument("dst_dtn: required")
+    """The core's `TransferSpec` of a StartTransferRequest: lengths and sizes checked here, the
+    rest by the desk."""
+    convert.name_in(request.src_dtn, "src_dtn", required=True)
+    convert.name_in(request.dst_dtn, "dst_dtn", required=True)
+    convert.name_in(request.engine, "engine")
+    validation.text(request.destination, "destination", validation.MAX_PATH)
     which = request.WhichOneof("payload")
+    files: tuple[str, ...] = ()
+    if which == "size_bytes":
+        validation.whole(request.size_bytes, "size_bytes", 0, validation.MAX_COUNT)  # 0: the desk says why
+    elif which == "files":
+        files = validation.texts(request.files.paths, "files.paths", MAX_FILES, validation.MAX_PATH)
     return TransferSpec(
         src=request.src_dtn, dst=request.dst_dtn, bandwidth=convert.bandwidth_in(request.bandwidth_bps),
         size=request.size_bytes if which == "size_bytes" else None,
-        files=tuple(request.files.paths) if which == "files" else (), destination=request.destination,
+        files=files, destination=request.destination,
         streams=request.streams or 1, engine=request.engine or "builtin", policy=convert.policy_in(request.policy))
 
 
@@ -152,6 +163,7 @@ class TransferServicer(_Base, pb_grpc.TransferServiceServicer):
 
     @rpc
     def GetTransfer(self, request: pb.GetTransferRequest, context, principal: Principal):
+        convert.name_in(request.name)
         return self.worker.call(lambda: self._out(self.desk.get(principal, request.name)))
 
     @rpc
@@ -161,15 +173,17 @@ class TransferServicer(_Base, pb_grpc.TransferServiceServicer):
 
     @rpc
     def CancelTransfer(self, request: pb.CancelTransferRequest, context, principal: Principal):
+        convert.name_in(request.name)
         return self.worker.call(lambda: self._out(self.desk.cancel(principal, request.name)))
 
-    def WatchTransfer(self, request: pb.WatchTransferRequest, context) -> Iterator[pb.TransferEvent]:
+    async def WatchTransfer(self, request: pb.WatchTransferRequest, context) -> AsyncIterator[pb.TransferEvent]:
         hub = self.worker.hub_for(self.desk)
 
         def subscribe(principal: Principal):
             transfer = self.desk.get(principal, request.name)
             wanted = transfer.id
-            return (hub.subscribe(lambda e: isinstance(e, TransferEvent) and e.transfer.id == wanted),
+            return (hub.subscribe(lambda e: isinstance(e, TransferEvent) and e.transfer.id == wanted,
+                                  transfer_topic(wanted)),
                     self._out(transfer))
 
         def first(now: pb.Transfer) -> Generator[pb.TransferEvent, None, bool]:
@@ -181,5 +195,6 @@ class TransferServicer(_Base, pb_grpc.TransferServiceServicer):
                                     reason=event.reason,
                                     transfer=transfer_out(event.transfer, self.desk.emulation_scale, event.path),
                                     time=convert.timestamp_out(event.time))
-        return self.stream(context, hub, subscribe, first, event_out, lambda e: e.state.ended)
+        async for message in self.stream(context, hub, subscribe, first, event_out, lambda e: e.state.ended):
+            yield message
 

@@ -37,14 +37,15 @@ def start_controller(tmp_path: Path) -> Iterator[Callable[..., Controller]]:
     """Start real controllers on 127.0.0.1 (a free port each); all are stopped after the test.
 
     Keyword arguments override `ControllerConfig` fields (topology defaults to sc16, state to
-    tmp_path/tsdn.db so a second controller on the same state sees the first one's work).
+    tmp_path/tsdn.db so a second controller on the same state sees the first one's work; only
+    after the first stopped: one controller per state file).
     """
     started: list[Controller] = []
 
     def start(topology: str | Path = "sc16", clock: Clock | None = None, **overrides) -> Controller:
         path = builtin_topology(topology) if isinstance(topology, str) else topology
-        config = ControllerConfig(topology=path, listen_grpc="127.0.0.1:0", state=tmp_path / "tsdn.db",
-                                  clock=clock or SystemClock(), **overrides)
+        settings = {"listen_grpc": "127.0.0.1:0", "state": tmp_path / "tsdn.db", **overrides}
+        config = ControllerConfig(topology=path, clock=clock or SystemClock(), **settings)
         controller = Controller(config)
         controller.start()
         started.append(controller)

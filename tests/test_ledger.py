@@ -452,19 +452,63 @@ def test_meta_reads_back_as_stored(ledger: Ledger, db: Path) -> None:
     assert reopened(db) == ledger.bookings() == [booking]
 
 
-def test_reopen_with_a_missing_direction_fails(db: Path) -> None:
+def test_reopen_with_a_missing_direction_loads_it_stranded(db: Path) -> None:
     led = Ledger(CAPS, db, FakeClock(0))
-    led.reserve(["a", "c"], 1, 0, 10, booking_id="uses-c")
-    led.reserve(["a"], 1, 0, 10, booking_id="only-a")
+    led.reserve(["a", "c"], 1 * G, 0, 10, booking_id="uses-c")
+    led.reserve(["a"], 1 * G, 0, 10, booking_id="only-a")
     led.close()
     smaller = {k: v for k, v in CAPS.items() if k != "c"}
-    with pytest.raises(FailedPrecondition) as err:
-        Ledger(smaller, db, FakeClock(0))
-    assert "uses-c" in str(err.value)
-    assert "uses c" in str(err.value)
-    assert "only-a" not in str(err.value)
-    assert [row[0] for row in db_rows(db)] == ["only-a", "uses-c"]  # nothing was dropped
-    assert [b.id for b in reopened(db)] == ["only-a", "uses-c"]
+    again = Ledger(smaller, db, FakeClock(0))
+    try:
+        assert again.stranded() == {"uses-c": ("c",)}
+        assert [b.id for b in again.bookings()] == ["only-a", "uses-c"]  # nothing was dropped
+        assert again.used("a", 0, 10) == 2 * G  # still counted where its directions exist
+        moved = again.modify("uses-c", directions=["a", "b"])  # the book moves it off the missing one
+        assert moved.directions == ("a", "b") and again.stranded() == {}
+        assert again.used("b", 0, 10) == 1 * G
+    finally:
+        again.close()
+    assert [row[0] for row in db_rows(db)] == ["only-a", "uses-c"]
+
+
+def test_a_stranded_booking_can_be_released_and_expired(db: Path) -> None:
+    clock = FakeClock(0)
+    led = Ledger(CAPS, db, clock)
+    led.reserve(["c", "a"], 1 * G, 0, 10, booking_id="one")
+    led.reserve(["c"], 1 * G, 0, 5, booking_id="two")
+    led.close()
+    again = Ledger({"a": 100 * G}, db, clock)
+    try:
+        assert set(again.stranded()) == {"one", "two"}
+        assert again.release("one").id == "one"
+        assert [b.id for b in again.expire(6)] == ["two"]
+        assert len(again) == 0 and again.used("a", 0, 10) == 0
+    finally:
+        again.close()
+
+
+def test_overbooked_names_the_direction_its_peak_the_span_and_the_bookings(db: Path) -> None:
+    clock = FakeClock(0)
+    led = Ledger(CAPS, db, clock)
+    led.reserve(["a"], 50 * G, 0, math.inf, booking_id="old")
+    led.reserve(["a", "b"], 30 * G, 10, 20, booking_id="mid")
+    led.reserve(["a"], 20 * G, 30, 40, booking_id="late")
+    led.reserve(["b"], 70 * G, 0, 100, booking_id="fits-b")
+    assert led.overbooked() == []  # as admitted
+    led.close()
+    again = Ledger({**CAPS, "a": 60 * G}, db, clock)
+    try:
+        [over] = again.overbooked()
+        assert (over.direction, over.capacity, over.booked) == ("a", 60 * G, 80 * G)
+        assert (over.start, over.end) == (10, 40)
+        assert over.bookings == ("late", "mid", "old")
+        # from 25 on only "late" (with "old") is over
+        [later] = again.overbooked(25)
+        assert (later.start, later.end, later.booked, later.bookings) == (30, 40, 70 * G, ("late", "old"))
+        assert again.overbooked(40) == []
+        assert again.free("a", 10, 20) == -20 * G
+    finally:
+        again.close()
 
 
 def test_schema_version_mismatch_fails(db: Path) -> None:

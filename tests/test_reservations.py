@@ -1001,3 +1001,21 @@ def test_random_use_never_overbooks(ops: list[tuple]):
             check_invariants(book, ledger, events)
     finally:
         ledger.close()
+
+
+# --- loading over the same topology -------------------------------------------------------------
+
+
+def test_a_restart_over_the_topology_it_was_booked_on_repairs_nothing(make_env):
+    env = make_env()
+    env.book.create(RUCIO, env.req("dtn1", "dtn3", 100 * G))  # a link full to the bit
+    env.book.create(RUCIO, env.req("dtn4", "dtn6", 40 * G, protect=True))
+    env.book.create(FTS, env.req("dtn2", "dtn7", 60 * G, start=T0 + HOUR, end=T0 + 2 * HOUR))
+    before = [(r.id, r.state, r.request, r.route, r.reason) for r in env.book.list(NOC)[0]]
+    booked = env.ledger.bookings()
+    env.clock.advance(HOUR + 1)  # the scheduled one's window started while it was down
+    again = env.reopen()
+    assert again.book.repairs == [] and again.book.take_events() == []
+    assert [(r.id, r.state, r.request, r.route, r.reason) for r in again.book.list(NOC)[0]] == before
+    assert again.ledger.bookings() == booked and again.ledger.overbooked() == []
+    again.ledger.close()

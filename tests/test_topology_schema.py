@@ -100,6 +100,16 @@ def test_dump_round_trips(tmp_path):
     (lambda d: d["sites"][0]["switches"].append("s9"), "sites[0].switches[2]: switch 's9' is not declared"),
     (lambda d: d["sites"][0].pop("lon"), "sites[0]: give both lat and lon, or neither"),
     (lambda d: d.update(switches=[]), "switches: List should have at least 1 item"),
+    (lambda d: d.update(links=[]), "links: none, so no two of the 3 switches can ever reach each other"),
+    (lambda d: d["switches"][0].update(dpid=2**64), "switches[0].dpid: datapath id must be between 1 and 2^64-1"),
+    (lambda d: d["switches"][0].update(dpid="9" * 100), "switches[0].dpid: '9999"),
+    (lambda d: d["switches"][0].update(ports=["1-4096", 5000]), "switches[0].ports: more than 4096 ports on one"),
+    (lambda d: d["links"][0].update(a_port=0xFFFFFF01), "links[0].a_port: Input should be less than or equal to"),
+    (lambda d: d["links"][0].update(capacity=10**18 + 1), "links[0].capacity: 1000000000000000001 is more than"),
+    (lambda d: d["links"][0].update(capacity="9" * 100 + "G"), "links[0].capacity: '9999"),
+    (lambda d: d["dtns"][0].update(numa_node=256), "dtns[0].numa_node: Input should be less than or equal to 255"),
+    (lambda d: d["links"][0].update(description="x" * 1025), "links[0].description: at most 1,024 characters, this"),
+    (lambda d: d.update(description="x" * 4097), "description: at most 4,096 characters, this has 4,097"),
 ])
 def test_bad_fields_are_named(tmp_path, mutate, expected):
     problems = problems_for(tmp_path, mutate)
@@ -139,3 +149,84 @@ def test_missing_and_unreadable_files(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(InvalidArgument, match="cannot read topology file"):
         load_topology_spec(binary)
+
+
+def test_one_switch_needs_no_links(tmp_path):
+    data = copy.deepcopy(GOOD)
+    data.update(switches=GOOD["switches"][:1], links=[], sites=[], dtns=[dict(GOOD["dtns"][0]),
+                dict(GOOD["dtns"][1], switch="s1", port=3)])
+    topology = Topology.load(write(tmp_path, data))
+    assert len(topology.dtns) == 2 and topology.unreachable_dtn_warnings() == []
+
+
+def test_a_problem_list_is_cut_and_counted(tmp_path):
+    data = copy.deepcopy(GOOD)
+    data["links"] += [dict(GOOD["links"][2], name=f"bad{i}", capacity="fast") for i in range(120)]
+    path = write(tmp_path, data)
+    with pytest.raises(TopologyError) as caught:
+        load_topology_spec(path)
+    assert len(caught.value.problems) == 51 and caught.value.problems[-1] == f"{path}: ... and 70 more problems"
+
+
+SPLIT = """
+name: split
+switches:
+  - {name: s1, dpid: 1, ports: ["1-4"]}
+  - {name: s2, dpid: 2, ports: ["1-4"]}
+  - {name: s3, dpid: 3, ports: ["1-4"]}
+  - {name: s4, dpid: 4, ports: ["1-4"]}
+  - {name: s5, dpid: 5, ports: ["1-4"]}
+links:
+  - {a: s1, a_port: 1, b: s2, b_port: 1, capacity: 100G}
+  - {a: s4, a_port: 1, b: s5, b_port: 1, capacity: 100G}
+dtns:
+  - {name: a-dtn1, switch: s1, port: 3, ipv4: 10.0.0.1, mac: "02:00:00:00:00:01", nic_speed: 10G}
+  - {name: b-dtn1, switch: s2, port: 3, ipv4: 10.0.0.2, mac: "02:00:00:00:00:02", nic_speed: 10G}
+  - {name: c-dtn1, switch: s3, port: 3, ipv4: 10.0.0.3, mac: "02:00:00:00:00:03", nic_speed: 10G}
+"""
+SPLIT_WARNING = "dtns a-dtn1, b-dtn1 cannot reach c-dtn1: no link joins {s1, s2} and {s3}"
+
+
+def test_dtns_that_can_never_meet_are_named_with_their_parts(tmp_path):
+    topology = Topology.load(write(tmp_path, SPLIT))
+    assert topology.unreachable_dtn_warnings() == [SPLIT_WARNING]  # s4-s5 hold no DTN: nothing to say
+    assert Topology.load(write(tmp_path, GOOD)).unreachable_dtn_warnings() == []
+
+
+def test_many_parts_give_a_bounded_warning():
+    switches = [{"name": f"s{i}", "dpid": i + 1, "ports": [1, 2]} for i in range(30)]
+    links = [{"a": f"s{i}", "a_port": 1, "b": f"s{i + 1}", "b_port": 1, "capacity": "1G"} for i in range(0, 30, 2)]
+    dtns = [{"name": f"d{i}", "switch": f"s{i}", "port": 2, "ipv4": f"10.0.0.{i + 1}", "mac": f"02:00:00:00:00:{i:02x}",
+             "nic_speed": "1G"} for i in range(30)]
+    topology = Topology(parse_topology_spec({"name": "many", "switches": switches, "links": links, "dtns": dtns}, "x"))
+    warnings = topology.unreachable_dtn_warnings()
+    assert warnings[0] == "dtns d0, d1 cannot reach d2, d3: no link joins {s0, s1} and {s2, s3}"
+    assert len(warnings) == 11 and warnings[-1] == ("... and 95 more such pairs: the DTNs are in 15 parts that no "
+                                                    "link joins")
+
+
+def test_validate_warns_on_stderr_and_still_exits_0(tmp_path, capsys):
+    from sdn_app.cli import main
+
+    path = write(tmp_path, SPLIT)
+    assert main(["topo", "validate", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"ok: {path}: split: 5 switches, 2 links, 3 DTNs")
+    assert err == f"tsdn: warning: {path}: {SPLIT_WARNING}\n"
+
+
+def test_validate_refuses_switches_without_links(tmp_path, capsys):
+    from sdn_app.cli import main
+
+    data = copy.deepcopy(GOOD)
+    data["links"] = []
+    path = write(tmp_path, data)
+    assert main(["topo", "validate", str(path)]) == 2
+    assert f"{path}: links: none, so no two of the 3 switches can ever reach each other" in capsys.readouterr().err
+
+
+def test_the_controller_logs_the_same_warning_at_start(tmp_path, start_controller, caplog):
+    path = write(tmp_path, SPLIT)
+    with caplog.at_level("WARNING", logger="northbound.server"):
+        start_controller(path)
+    assert f"{path}: {SPLIT_WARNING}" in [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

@@ -185,7 +185,7 @@ def test_reports_with_impossible_rates_are_refused(agents, client_for, bad):
     per_stream = rate(1 * G)
     per_stream.streams.append(apb.StreamRate(stream=0, bits_per_second=bad))
     error = refused(lambda: agents.report_transfer(report(transfer.name, SRC, apb.SEND, rate=per_stream)))
-    assert error.code is grpc.StatusCode.INVALID_ARGUMENT and "rate.streams.bits_per_second" in error.message
+    assert error.code is grpc.StatusCode.INVALID_ARGUMENT and "rate.streams[0].bits_per_second" in error.message
     assert not client_for("rucio").get_transfer(transfer.name).HasField("rate")
 
 

@@ -162,9 +162,9 @@ def test_no_http_by_default_in_the_config(start_controller):
     assert start_controller("ring8").http_address is None
 
 
-def test_busy_port_is_a_clear_error(mapped, start_controller):
-    with pytest.raises(Exception, match="--listen-http"):
-        start_controller("ring8", listen_http=mapped.http_address)
+def test_busy_port_is_a_clear_error(mapped, start_controller, tmp_path):
+    with pytest.raises(Exception, match="--listen-http"):  # on a state file of its own: one controller per state
+        start_controller("ring8", listen_http=mapped.http_address, state=tmp_path / "other.db")
 
 
 def test_sc16_booths_do_not_overlap():

@@ -29,7 +29,13 @@ from typing import Any
 import networkx as nx
 
 from sdn_app.core.errors import InvalidArgument
-from sdn_app.core.topology_schema import TopologySpec, dump_topology_spec, parse_topology_spec
+from sdn_app.core.topology_schema import (
+    MAX_DESCRIPTION,
+    MAX_TOPOLOGY_DESCRIPTION,
+    TopologySpec,
+    dump_topology_spec,
+    parse_topology_spec,
+)
 from sdn_app.core.units import format_bandwidth, parse_bandwidth
 
 MAX_NAME = 63  # NAME_PATTERN allows 63 characters
@@ -116,6 +122,11 @@ def _coordinates(data: dict[str, Any]) -> tuple[float, float] | None:
     if lat is None or lon is None or not -90 <= lat <= 90 or not -180 <= lon <= 180:
         return None
     return lat, lon
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters (descriptions are free text, but bounded in the file format)."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _listing(names: list[str]) -> str:
@@ -299,7 +310,7 @@ def import_zoo(path: str | Path, link_capacity: int, with_dtns: bool = False, na
         next_port[b] += 1
         label = data.get("LinkLabel")
         if label is not None and str(label).strip():
-            link["description"] = " ".join(str(label).split())
+            link["description"] = _clip(" ".join(str(label).split()), MAX_DESCRIPTION)
         links.append(link)
     if self_loops:
         notes.append(f"{len(self_loops)} self-loop(s) skipped: {_listing(self_loops)}")
@@ -330,7 +341,7 @@ def import_zoo(path: str | Path, link_capacity: int, with_dtns: bool = False, na
             notes_for_switch.append("external peer (Internal=0)")
             external.append(switch)
         switches.append({"name": switch, "dpid": index, "ports": list(range(1, next_port[switch])),
-                         "description": ", ".join(notes_for_switch)})
+                         "description": _clip(", ".join(notes_for_switch), MAX_DESCRIPTION)})
         if node in hyper:
             continue
         site: dict[str, Any] = {"name": _claim(labels[node][:SITE_NAME_MAX] or switch, site_names,
@@ -372,7 +383,8 @@ def import_zoo(path: str | Path, link_capacity: int, with_dtns: bool = False, na
         description += f"; {len(external)} external peer node(s) (Internal=0) kept as switches: {_listing(external)}"
     if hyper:
         description += f"; {len(hyper)} hyperedge node(s) kept as switches without a site"
-    data = {"name": topo_name, "description": description, "switches": switches, "links": links,
+    data = {"name": topo_name, "description": _clip(description, MAX_TOPOLOGY_DESCRIPTION), "switches": switches,
+            "links": links,
             "dtns": dtns, "sites": sites}
     spec = parse_topology_spec(data, source)
     return ZooImport(spec=spec, warnings=notes)

@@ -19,7 +19,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     northbound.add_argument("--seconds", type=float, metavar="S",
                             help="length of each measured phase (default 20; 4 with --quick)")
     northbound.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
+    northbound.add_argument("--streams", type=int, default=1000, metavar="N",
+                            help="server streams held open while unary latency is measured again (default 1000)")
     northbound.set_defaults(run=run_northbound)
+    soak = sub.add_parser("soak", help="controller memory (RSS) over 100,000 reservations created and released over "
+                                       "gRPC, with a short --keep-ended against keeping every ended one")
+    soak.add_argument("--quick", action="store_true", help="8,000 pairs (baseline 3,000); finishes in under 2 min")
+    soak.add_argument("--count", type=int, metavar="N", help="create + release pairs (default 100,000)")
+    soak.add_argument("--baseline-count", type=int, metavar="N",
+                      help="pairs of the --keep-ended forever baseline, extrapolated to --count (default 20,000)")
+    soak.add_argument("--clients", type=int, default=16, help="concurrent client threads (default 16)")
+    soak.add_argument("--keep-ended", metavar="DURATION", help="the controller's --keep-ended (default 10s; 5s quick)")
+    soak.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
+    soak.set_defaults(run=run_soak)
     setup = sub.add_parser("setup", help="reservation setup time on sc16 in Mininet: request to every hop confirmed "
                                          "(needs root, Mininet, Open vSwitch)")
     setup.add_argument("--quick", action="store_true", help="50 sequential + 200 at once; finishes in under 2 min")
@@ -54,7 +66,15 @@ def run_northbound(args: argparse.Namespace) -> int:
     """`tsdn bench northbound [--quick] [--clients N] [--seconds S]`."""
     from benchmarks.northbound import main
 
-    return main(quick=args.quick, clients=args.clients, seconds=args.seconds, seed=args.seed)
+    return main(quick=args.quick, clients=args.clients, seconds=args.seconds, seed=args.seed, streams=args.streams)
+
+
+def run_soak(args: argparse.Namespace) -> int:
+    """`tsdn bench soak [--quick] [--count N] [--baseline-count N] [--clients C] [--keep-ended D]`."""
+    from benchmarks.soak import main
+
+    return main(quick=args.quick, count=args.count, baseline_count=args.baseline_count, clients=args.clients,
+                keep_ended=args.keep_ended, seed=args.seed)
 
 
 def run_setup(args: argparse.Namespace) -> int:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 import threading
 from pathlib import Path
+
+from northbound.auth import MAX_TOKENS, MAX_TOKENS_FILE_BYTES
+from sdn_app.core.topology_schema import MAX_DTNS, MAX_LINKS, MAX_SWITCHES, MAX_TOPOLOGY_BYTES
 
 DEFAULT_HTTP = "127.0.0.1:8080"  # the live map; busy (another controller on this host): a warning
 
@@ -15,19 +19,27 @@ DEFAULT_HTTP = "127.0.0.1:8080"  # the live map; busy (another controller on thi
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `controller`."""
     parser = commands.add_parser("controller", help="run the controller: OpenFlow switches and the gRPC API")
-    parser.add_argument("--topology", required=True, help="topology YAML, or a built-in name (sc16, ring8)")
+    parser.add_argument("--topology", required=True,
+                        help="topology YAML, or a built-in name (sc16, ring8); at most "
+                             f"{MAX_TOPOLOGY_BYTES // 1024} KiB, {MAX_SWITCHES:,} switches, {MAX_LINKS:,} links, "
+                             f"{MAX_DTNS:,} DTNs (docs/topologies.md)")
     parser.add_argument("--listen-grpc", default="127.0.0.1:50051", metavar="HOST:PORT",
                         help="northbound gRPC address (default 127.0.0.1:50051; port 0 picks a free one)")
     parser.add_argument("--also-listen", action="append", default=[], metavar="ADDRESS",
                         help="serve the same gRPC API here too (repeatable): HOST:PORT, or unix:PATH for DTN "
                              "agents in Mininet hosts, which share the file system but not the loopback")
     parser.add_argument("--state", default="tsdn.db", metavar="FILE",
-                        help="SQLite database of reservations and bookings (default tsdn.db); survives restarts")
+                        help="SQLite database of reservations and bookings (default tsdn.db); survives restarts. "
+                             "One controller per file: locked (FILE.lock) while it runs, a second one refuses")
     parser.add_argument("--tokens", metavar="FILE",
-                        help="bearer tokens file; without it only loopback is allowed, in development mode")
+                        help=f"bearer tokens file (at most {MAX_TOKENS_FILE_BYTES // 1024} KiB, "
+                             f"{MAX_TOKENS:,} tokens); without it only loopback is allowed, in development mode")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate (with --tls-key)")
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--client-ca", metavar="PEM", help="require client certificates signed by this CA")
+    parser.add_argument("--allow-plaintext-tokens", action="store_true",
+                        help="accept bearer tokens without TLS on addresses beyond loopback (refused by default: "
+                             "anyone on the path can read them); warned about at every start")
     openflow = parser.add_mutually_exclusive_group()
     openflow.add_argument("--listen-openflow", default="0.0.0.0:6653", metavar="HOST:PORT",
                           help="control the OpenFlow 1.3 switches connecting here (default 0.0.0.0:6653)")
@@ -37,11 +49,21 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="Mininet: meters enforce nominal rate x X, matching the emulated links (default 1)")
     parser.add_argument("--agent-timeout", type=float, default=15.0, metavar="S",
                         help="mark a DTN agent LOST after S seconds without a heartbeat (default 15)")
+    parser.add_argument("--keep-ended", default="5m", metavar="DURATION",
+                        help="keep an ended (released, expired, failed) reservation in memory this long, e.g. 90s, "
+                             "1h; 0: not at all, 'forever': never forget. After that only --state holds it, and "
+                             "GetReservation and ListReservations read it from there (default 5m)")
     http = parser.add_mutually_exclusive_group()
     http.add_argument("--listen-http", metavar="HOST:PORT",
                       help="serve the live traffic map and Prometheus /metrics here (read-only; default "
                            f"{DEFAULT_HTTP}, skipped with a warning when that port is busy)")
     http.add_argument("--no-http", action="store_true", help="serve no live map and no /metrics")
+    parser.add_argument("--max-streams", type=int, default=2000, metavar="N",
+                        help="server streams (WatchReservations, WatchAgents, WatchTransfer, TakeJobs, health "
+                             "Watch, reflection) open at once in all; one more gets RESOURCE_EXHAUSTED (default 2000)")
+    parser.add_argument("--max-streams-per-principal", type=int, default=500, metavar="N",
+                        help="server streams one principal (one token) may hold open at once; one more gets "
+                             "RESOURCE_EXHAUSTED (default 500)")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.set_defaults(run=run_controller)
 
@@ -62,15 +84,37 @@ def run_controller(args: argparse.Namespace) -> int:
                                              emulation_scale=args.emulation_scale,
                                              agent_timeout=args.agent_timeout,
                                              listen_http=None if args.no_http else args.listen_http or DEFAULT_HTTP,
-                                             http_required=args.listen_http is not None, **optional))
+                                             http_required=args.listen_http is not None,
+                                             allow_plaintext_tokens=args.allow_plaintext_tokens,
+                                             keep_ended=parse_keep_ended(args.keep_ended),
+                                             max_streams=args.max_streams,
+                                             max_streams_per_principal=args.max_streams_per_principal, **optional))
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     controller.start()
     print(f"tsdn controller listening on {controller.address}", file=sys.stderr, flush=True)
+    if controller.plaintext_warning is not None:
+        print(f"tsdn controller: WARNING: {controller.plaintext_warning}", file=sys.stderr, flush=True)
     if controller.http_address is not None:
         print(f"tsdn live map on http://{controller.http_address}/", file=sys.stderr, flush=True)
     stop.wait()
     logging.getLogger(__name__).info("stopping")
     controller.stop()
     return 0
+
+
+def parse_keep_ended(text: str) -> float:
+    """Seconds of `--keep-ended`: a duration, 0, or `forever` (math.inf)."""
+    from sdn_app.core.errors import InvalidArgument
+    from sdn_app.core.units import parse_duration
+
+    cleaned = text.strip().lower()
+    if cleaned == "forever":
+        return math.inf
+    if cleaned.rstrip("smhd") in ("0", "0.0"):
+        return 0.0
+    try:
+        return parse_duration(text, "--keep-ended")
+    except InvalidArgument as error:
+        raise InvalidArgument(f"{error}; or 0 (not kept in memory at all) or forever") from None

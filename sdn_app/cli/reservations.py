@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import sys
@@ -20,6 +21,8 @@ from sdn_app.core.units import format_bandwidth, format_time, format_window, par
 
 EXIT_AUTH = 3
 EXIT_UNAVAILABLE = 4
+DEFAULT_LIST_LIMIT = 100
+MAX_PAGE_SIZE = 1000  # the controller's largest page
 STATES = ("SCHEDULED", "PROVISIONING", "ACTIVE", "MOVING", "DEGRADED", "RELEASED", "EXPIRED", "FAILED")
 
 
@@ -40,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     listing.add_argument("--state", choices=STATES, help="only this state")
     listing.add_argument("--dtn", default="", help="only reservations from or to this DTN")
     listing.add_argument("--owner", default="", help="only this principal's (admins)")
+    listing.add_argument("--limit", type=int, default=DEFAULT_LIST_LIMIT, metavar="N",
+                         help=f"show the newest N (default {DEFAULT_LIST_LIMIT}; 0: all, page after page: the "
+                              "controller keeps every ended reservation)")
     _client_options(listing, run_list)
 
     for name, run, text in (("show", run_show, "show one reservation"),
@@ -198,10 +204,18 @@ def _settled(client, reservation, timeout: float):
 
 
 def run_list(args: argparse.Namespace, client) -> int:
-    """`tsdn path list`."""
+    """`tsdn path list [--state S] [--dtn D] [--owner O] [--limit N]`: newest first, page after page."""
     from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 
-    found = list(client.list_reservations(state=args.state, dtn=args.dtn, owner=args.owner))
+    if args.limit < 0:
+        raise InvalidArgument(f"--limit: zero (all) or more, got {args.limit}")
+    pages = client.list_reservations(state=args.state, dtn=args.dtn, owner=args.owner,
+                                     page_size=min(args.limit + 1, MAX_PAGE_SIZE) if args.limit else MAX_PAGE_SIZE)
+    found = list(itertools.islice(pages, args.limit + 1) if args.limit else pages)
+    if args.limit and len(found) > args.limit:
+        found = found[:args.limit]
+        print(f"tsdn: the newest {args.limit} shown, there are more: --limit 0 shows all; --state, --dtn and "
+              "--owner narrow the list", file=sys.stderr)
     if args.json:
         print_json([_as_dict(r) for r in found])
         return 0

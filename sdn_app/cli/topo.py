@@ -12,7 +12,7 @@ from sdn_app.cli.output import print_json, table
 from sdn_app.cli.reservations import _client_options
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.topology import Topology
-from sdn_app.core.topology_schema import dump_topology_spec
+from sdn_app.core.topology_schema import MAX_TOPOLOGY_BYTES, dump_topology_spec
 from sdn_app.core.units import format_bandwidth, parse_bandwidth
 from topologies import resolve_topology
 
@@ -53,6 +53,8 @@ def load(ref: str) -> Topology:
 def run_validate(args: argparse.Namespace) -> int:
     """`tsdn topo validate FILE`."""
     topology = load(args.file)
+    for warning in topology.unreachable_dtn_warnings():
+        print(f"tsdn: warning: {topology.source}: {warning}", file=sys.stderr)
     print(f"ok: {topology.source}: {topology.summary()}")
     return 0
 
@@ -105,6 +107,10 @@ def run_import(args: argparse.Namespace) -> int:
     capacity = parse_bandwidth(args.link_capacity, "--link-capacity")
     result = import_zoo(args.file, capacity, with_dtns=args.dtns, name=args.name)
     text = dump_topology_spec(result.spec)
+    size = len(text.encode())
+    if size > MAX_TOPOLOGY_BYTES:  # tsdn could not load what it wrote
+        raise InvalidArgument(f"{args.file}: the topology would be a {size:,}-byte file; a topology file may have "
+                              f"at most {MAX_TOPOLOGY_BYTES:,} bytes")
     for warning in result.warnings:
         print(f"tsdn: warning: {warning}", file=sys.stderr)
     summary = Topology(result.spec).summary()

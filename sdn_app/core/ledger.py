@@ -6,6 +6,12 @@ admission checks the worst-case *concurrent* use inside the requested window (tw
 that touch the window but never overlap each other do not add up), and never lets any
 direction exceed its capacity at any instant. Every change is one SQLite transaction;
 reopening the database gives back the same bookings.
+
+Reopened over a topology that changed, the ledger loads every booking and says what no longer
+fits: `stranded` lists bookings on link directions the topology lacks, `overbooked` the
+directions whose capacity is now below what is booked on them. The reservation book repairs
+both when it loads. `exclusive=True` (the controller) holds the state file's lock
+(`sdn_app.core.state_lock`) from opening to `close`, so a second controller on it refuses.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NoCapacity, NotFound
+from sdn_app.core.state_lock import StateLock
 from sdn_app.core.units import MAX_BANDWIDTH, format_bandwidth, format_time, format_window
 
 SCHEMA_VERSION = 1
@@ -46,6 +53,20 @@ class Booking:
     def overlaps(self, start: float, end: float) -> bool:
         """Whether this booking is active at some instant of [start, end)."""
         return self.start < end and start < self.end
+
+
+@dataclass(frozen=True)
+class Overbooking:
+    """A link direction booked beyond its capacity: `booked` at worst, from `start` until `end`
+    (the first and last instant over capacity, from the time asked about on), by `bookings`
+    (the ids active at some instant over capacity)."""
+
+    direction: str
+    capacity: int
+    booked: int
+    start: float
+    end: float
+    bookings: tuple[str, ...]
 
 
 class _Timeline:
@@ -81,6 +102,11 @@ class _Timeline:
         self._times, self._usage = times, usage
         return times
 
+    def steps(self) -> list[tuple[float, float, int]]:
+        """The step function as (from, until, bandwidth booked) spans, in time order."""
+        times = self._times if self._times is not None else self._build()
+        return list(zip(times, [*times[1:], math.inf], self._usage, strict=False))  # empty when no bookings
+
     def max_use(self, start: float, end: float, ignore: str | None = None) -> int:
         """Largest bandwidth booked at any instant of [start, end), optionally ignoring one booking."""
         if ignore is not None and ignore in self.bookings:
@@ -114,18 +140,25 @@ class Ledger:
     """All bookings of one WAN. Not thread-safe: one owner calls it (see DESIGN.md)."""
 
     def __init__(self, capacities: Mapping[str, int], path: str | Path | None = None,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, *, exclusive: bool = False):
         """Open the ledger over `capacities` (direction id -> bits/s), persisted at `path`.
 
-        `path=None` keeps it in memory. Existing bookings in the database are loaded; a
-        booking on a direction the topology no longer has raises `FailedPrecondition`.
+        `path=None` keeps it in memory. Existing bookings in the database are loaded, also
+        those that no longer fit `capacities` (see `stranded` and `overbooked`). With
+        `exclusive`, the state file's lock is taken first and held until `close`:
+        `StateLocked` (a `FailedPrecondition`) names the holder when another has it.
         """
         self.capacities = dict(capacities)
         self.clock = clock or SystemClock()
         self.path = str(path) if path is not None else ":memory:"
         self._bookings: dict[str, Booking] = {}
         self._timelines: dict[str, _Timeline] = {d: _Timeline() for d in self.capacities}
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._lock = StateLock(self.path) if exclusive and self.path != ":memory:" else None
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        except BaseException:
+            self._release_lock()
+            raise
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL+NORMAL: durable across process crashes
@@ -133,6 +166,7 @@ class Ledger:
             self._load()
         except BaseException:
             self._db.close()
+            self._release_lock()
             raise
 
     def _create_schema(self) -> None:
@@ -163,26 +197,20 @@ class Ledger:
         return _Transaction(self._db)
 
     def _load(self) -> None:
-        unknown: dict[str, list[str]] = {}
         rows = self._db.execute('SELECT id, bandwidth, start, "end", directions, meta FROM bookings').fetchall()
         for booking_id, bandwidth, start, end, directions, meta in rows:
             booking = Booking(booking_id, bandwidth, start, math.inf if end is None else end,
                               tuple(json.loads(directions)), MappingProxyType(json.loads(meta)))
-            missing = [d for d in booking.directions if d not in self.capacities]
-            if missing:
-                unknown[booking_id] = missing
-                continue
-            self._insert_memory(booking)
-        if unknown:
-            details = "; ".join(f"{b} uses {', '.join(m)}" for b, m in sorted(unknown.items()))
-            raise FailedPrecondition(
-                f"{self.path}: bookings refer to link directions the topology does not have ({details}); "
-                "use the topology the bookings were made on, or release them"
-            )
+            self._insert_memory(booking)  # on the directions that exist; `stranded` tells the rest
 
     def close(self) -> None:
-        """Close the database."""
+        """Close the database and let the state file's lock go (with `exclusive`)."""
         self._db.close()
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -202,6 +230,30 @@ class Ledger:
 
     def __contains__(self, booking_id: object) -> bool:
         return booking_id in self._bookings
+
+    def stranded(self) -> dict[str, tuple[str, ...]]:
+        """Bookings on link directions the capacities do not have: id -> those directions."""
+        return {b.id: missing for b in self.bookings()
+                if (missing := tuple(d for d in b.directions if d not in self.capacities))}
+
+    def overbooked(self, since: float | None = None, directions: Iterable[str] | None = None) -> list[Overbooking]:
+        """Directions (of `directions`, default all) booked beyond their capacity at some instant
+        from `since` (default: the clock) on, by direction id; empty in a ledger that never had
+        its capacities lowered."""
+        since = self.clock.now() if since is None else since
+        found = []
+        for direction in sorted(self._timelines if directions is None else directions):
+            capacity = self.capacities[direction]
+            timeline = self._timelines[direction]
+            over = [(max(t0, since), t1, level) for t0, t1, level in timeline.steps()
+                    if level > capacity and t1 > since]
+            if not over:
+                continue
+            ids = sorted(b.id for b in timeline.bookings.values()
+                         if any(b.start < t1 and t0 < b.end for t0, t1, _ in over))
+            found.append(Overbooking(direction, capacity, max(level for _, _, level in over),
+                                     over[0][0], over[-1][1], tuple(ids)))
+        return found
 
     def used(self, direction: str, start: float, end: float, ignore: str | None = None) -> int:
         """Peak bandwidth booked on `direction` at any instant of [start, end)."""
@@ -351,12 +403,14 @@ class Ledger:
     def _insert_memory(self, booking: Booking) -> None:
         self._bookings[booking.id] = booking
         for direction in booking.directions:
-            self._timelines[direction].add(booking)
+            if direction in self._timelines:  # only a stranded booking has others
+                self._timelines[direction].add(booking)
 
     def _remove_memory(self, booking: Booking) -> None:
         del self._bookings[booking.id]
         for direction in booking.directions:
-            self._timelines[direction].remove(booking.id)
+            if direction in self._timelines:
+                self._timelines[direction].remove(booking.id)
 
 
 def _json_meta(meta: Mapping[str, Any]) -> Mapping[str, Any]:

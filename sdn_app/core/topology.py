@@ -115,6 +115,37 @@ class Topology:
         simple.remove_edges_from([(u, v) for u, v in nx.bridges(simple) if multiplicity[frozenset((u, v))] == 1])
         return {node: i for i, part in enumerate(nx.connected_components(simple)) for node in part}
 
+    def unreachable_dtn_warnings(self, listed: int = 10, pairs: int = 10) -> list[str]:
+        """One line per two parts of the switch graph that no link joins and that both hold DTNs:
+        such DTNs can never reach each other (e.g. `dtns a-dtn1, b-dtn1 cannot reach c-dtn1: no
+        link joins {s1,s2} and {s3}`). At most `pairs` lines, then one counting the rest; each
+        list of names is cut after `listed`."""
+        simple = nx.Graph()
+        simple.add_nodes_from(self.switches)
+        simple.add_edges_from((link.a, link.b) for link in self.spec.links)
+        order = {name: i for i, name in enumerate(self.switches)}
+        dtns_on: dict[str, list[str]] = {}
+        for dtn in self.spec.dtns:
+            dtns_on.setdefault(dtn.switch, []).append(dtn.name)
+        parts = sorted((sorted(part, key=order.__getitem__) for part in nx.connected_components(simple)),
+                       key=lambda part: order[part[0]])
+        with_dtns = [(part, [d for s in part for d in dtns_on.get(s, ())]) for part in parts]
+        with_dtns = [(part, dtns) for part, dtns in with_dtns if dtns]
+
+        def names(items: list[str]) -> str:
+            return ", ".join(items[:listed]) + (f" and {len(items) - listed} more" if len(items) > listed else "")
+
+        lines = []
+        total = len(with_dtns) * (len(with_dtns) - 1) // 2
+        for i, (part_a, dtns_a) in enumerate(with_dtns):
+            for part_b, dtns_b in with_dtns[i + 1:]:
+                if len(lines) == pairs:
+                    return [*lines, f"... and {total - pairs} more such pairs: the DTNs are in {len(with_dtns)} "
+                                    "parts that no link joins"]
+                lines.append(f"dtns {names(dtns_a)} cannot reach {names(dtns_b)}: no link joins "
+                             f"{{{names(part_a)}}} and {{{names(part_b)}}}")
+        return lines
+
     @classmethod
     def load(cls, path: str | Path) -> Topology:
         """Read, validate and model the topology file at `path`."""

@@ -5,17 +5,22 @@ per direction, optional latency, kind), DTNs (switch port, IPv4, MAC, NIC speed,
 and sites (coordinates and member switches, for the map). `load_topology_spec` returns a
 fully checked `TopologySpec` or raises `TopologyError` listing every problem as
 `FILE: field.path: what is wrong`; nothing is half-loaded.
+
+Every file tsdn reads as YAML (topologies, tokens, scenarios) goes through `read_text_file`
+and `read_yaml`, which bound what a hostile or careless file can cost: its size, how deep
+lists and mappings nest, how many nodes aliases expand to, and how long an integer may be.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from sdn_app.core.errors import InvalidArgument, TopologyError
@@ -25,11 +30,42 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 MAX_DPID = 2**64 - 1
 MAX_PORT = 0xFFFFFF00  # OpenFlow 1.3 OFPP_MAX: higher numbers are reserved ports
 _MAC_RE = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
-_RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_RANGE_RE = re.compile(r"^\s*(\d{1,20})\s*-\s*(\d{1,20})\s*$")
+
+# Limits of a topology file (docs/topologies.md, docs/operations.md "Limits"). The counts keep
+# every accepted topology's GetTopology reply under gRPC clients' default 4 MiB message limit
+# whatever its names (about 2.9 MB at worst: tests/test_file_limits.py builds that topology), and
+# still hold the largest Topology Zoo network (754 nodes, 895 edges) with a DTN on every node.
+# The byte limit bounds what parsing costs before any count is known.
+MAX_TOPOLOGY_BYTES = 1024 * 1024
+MAX_SWITCHES = 1024
+MAX_LINKS = 2048
+MAX_DTNS = 2048
+MAX_SITES = 1024
 MAX_PORTS_PER_SWITCH = 4096
+MAX_PORTS = 32768  # over all switches
+MAX_DESCRIPTION = 1024  # characters, of a switch, link or DTN
+MAX_TOPOLOGY_DESCRIPTION = 4096
+MAX_PROBLEMS_SHOWN = 50  # an error lists this many problems, then counts the rest
+
+# Limits of any YAML file tsdn reads: they keep parsing and validation bounded (no
+# RecursionError, no alias bombs, no 5,000-digit integers).
+MAX_YAML_DEPTH = 32  # nested lists and mappings; topology files need 4
+MAX_YAML_NODES = 200_000  # scalars, lists and mappings, aliases counted each time they are used; a
+# topology at every count limit has about 120,000
+MAX_INT_CHARS = 40  # any integer tsdn takes fits in 20 digits
+_TEXT_CHARS = 64  # what a bandwidth, dpid or port range written as text may take
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """`repr(value)`, cut to about `limit` characters: error messages never echo a whole huge input."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def _bandwidth(value: Any) -> int:
+    if isinstance(value, str) and len(value) > _TEXT_CHARS:
+        raise PydanticCustomError("bandwidth", "{value} is too long to be a bandwidth", {"value": shown(value)})
     try:
         return parse_bandwidth(value, "value")
     except InvalidArgument as exc:
@@ -44,6 +80,8 @@ def _dpid(value: Any) -> int:
         number = value
     elif isinstance(value, str):
         text = value.strip().lower()
+        if len(text) > _TEXT_CHARS:
+            raise PydanticCustomError("dpid", "{value} is too long to be a datapath id", {"value": shown(value)})
         try:
             if ":" in text:
                 parts = text.split(":")
@@ -54,8 +92,8 @@ def _dpid(value: Any) -> int:
                 number = int(text, 0)
         except ValueError:
             raise PydanticCustomError(
-                "dpid", "cannot read '{value}' as a datapath id (42, 0x2a or 00:00:00:00:00:00:00:2a)",
-                {"value": value},
+                "dpid", "cannot read {value} as a datapath id (42, 0x2a or 00:00:00:00:00:00:00:2a)",
+                {"value": shown(value)},
             ) from None
     else:
         raise PydanticCustomError("dpid", "expected an integer or hex datapath id")
@@ -64,24 +102,34 @@ def _dpid(value: Any) -> int:
     return number
 
 
-def _ports(value: Any) -> list[int]:
-    """Accept a list of port numbers and "first-last" ranges."""
+def _ports(value: Any, info: ValidationInfo) -> list[int]:
+    """Accept a list of port numbers and "first-last" ranges. With a `{"ports": 0}` validation
+    context, also count ports over all switches, refusing before the total exceeds `MAX_PORTS`."""
     if not isinstance(value, list):
         raise PydanticCustomError("ports", "expected a list of port numbers or ranges like 1-32")
+    counter = info.context if isinstance(info.context, dict) and "ports" in info.context else None
     ports: list[int] = []
     for item in value:
         if isinstance(item, int) and not isinstance(item, bool):
-            ports.append(item)
-            continue
-        match = _RANGE_RE.match(item) if isinstance(item, str) else None
-        if not match:
-            raise PydanticCustomError("ports", "cannot read '{item}' as a port or range", {"item": item})
-        first, last = int(match[1]), int(match[2])
-        if first > last:
-            raise PydanticCustomError("ports", "range '{item}' runs backwards", {"item": item})
-        if last - first >= MAX_PORTS_PER_SWITCH:
-            raise PydanticCustomError("ports", "range '{item}' is too large", {"item": item})
-        ports.extend(range(first, last + 1))
+            more: list[int] | range = [item]
+        else:
+            match = _RANGE_RE.match(item) if isinstance(item, str) and len(item) <= _TEXT_CHARS else None
+            if not match:
+                raise PydanticCustomError("ports", "cannot read {item} as a port or range", {"item": shown(item)})
+            first, last = int(match[1]), int(match[2])
+            if first > last:
+                raise PydanticCustomError("ports", "range {item} runs backwards", {"item": shown(item)})
+            if last - first >= MAX_PORTS_PER_SWITCH:
+                raise PydanticCustomError("ports", "range {item} is too large", {"item": shown(item)})
+            more = range(first, last + 1)
+        if len(ports) + len(more) > MAX_PORTS_PER_SWITCH:
+            raise PydanticCustomError("ports", "more than {max} ports on one switch", {"max": MAX_PORTS_PER_SWITCH})
+        if counter is not None:
+            if counter["ports"] + len(more) > MAX_PORTS:
+                raise PydanticCustomError("ports", "the switches up to this one have more than {max} ports in all",
+                                          {"max": MAX_PORTS})
+            counter["ports"] += len(more)
+        ports.extend(more)
     bad = [p for p in ports if not 1 <= p <= MAX_PORT]
     if bad:
         raise PydanticCustomError("ports", "port {port} is outside 1..{max}", {"port": bad[0], "max": MAX_PORT})
@@ -119,6 +167,7 @@ Ports = Annotated[list[int], BeforeValidator(_ports)]
 Mac = Annotated[str, BeforeValidator(_mac)]
 IPv4 = Annotated[str, BeforeValidator(_ipv4)]
 Port = Annotated[int, Field(ge=1, le=MAX_PORT, strict=True)]
+Description = Annotated[str, Field(max_length=MAX_DESCRIPTION)]
 
 
 class _Strict(BaseModel):
@@ -131,7 +180,7 @@ class SwitchSpec(_Strict):
     name: Name
     dpid: Dpid
     ports: Ports
-    description: str = ""
+    description: Description = ""
 
 
 class LinkSpec(_Strict):
@@ -147,7 +196,7 @@ class LinkSpec(_Strict):
     capacity_ba: Bandwidth | None = None
     latency_ms: Annotated[float, Field(ge=0, le=10_000)] | None = None
     kind: Literal["wan", "booth", "core"] = "core"
-    description: str = ""
+    description: Description = ""
 
     @property
     def label(self) -> str:
@@ -165,7 +214,7 @@ class DtnSpec(_Strict):
     mac: Mac
     nic_speed: Bandwidth
     numa_node: Annotated[int, Field(ge=-1, le=255, strict=True)] = -1
-    description: str = ""
+    description: Description = ""
 
 
 class SiteSpec(_Strict):
@@ -175,58 +224,213 @@ class SiteSpec(_Strict):
     lat: Annotated[float, Field(ge=-90, le=90)] | None = None
     lon: Annotated[float, Field(ge=-180, le=180)] | None = None
     kind: Literal["booth", "wan", "hub"] = "wan"
-    switches: list[Name] = []
+    switches: Annotated[list[Name], Field(max_length=MAX_SWITCHES)] = []
 
 
 class TopologySpec(_Strict):
     """A whole WAN: the content of one topology file."""
 
     name: Name
-    description: str = ""
-    switches: Annotated[list[SwitchSpec], Field(min_length=1)]
-    links: list[LinkSpec] = []
-    dtns: list[DtnSpec] = []
-    sites: list[SiteSpec] = []
+    description: Annotated[str, Field(max_length=MAX_TOPOLOGY_DESCRIPTION)] = ""
+    switches: Annotated[list[SwitchSpec], Field(min_length=1, max_length=MAX_SWITCHES)]
+    links: Annotated[list[LinkSpec], Field(max_length=MAX_LINKS)] = []
+    dtns: Annotated[list[DtnSpec], Field(max_length=MAX_DTNS)] = []
+    sites: Annotated[list[SiteSpec], Field(max_length=MAX_SITES)] = []
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+class _LimitExceeded(Exception):
+    """A YAML document beyond what `read_yaml` accepts; `mark` is where."""
+
+    def __init__(self, message: str, mark: Any = None):
+        super().__init__(message)
+        self.mark = mark
+
+
+try:  # libyaml's parser: ten times faster than PyYAML's on a 1 MB file, and it does not recurse
+    from yaml.cyaml import CParser
+
+    class _Base(yaml.composer.Composer, CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
+        """`yaml.CSafeLoader`, except that nodes are composed in Python (`_SafeLoader` bounds the depth)."""
+
+        def __init__(self, stream: str):
+            CParser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+except ImportError:  # PyYAML built without libyaml
+    _Base = yaml.SafeLoader  # type: ignore[misc,assignment]
+
+
+class _SafeLoader(_Base):
+    """A safe loader (no arbitrary objects) that refuses a key given twice in one mapping (PyYAML
+    keeps the last), stops composing past `MAX_YAML_DEPTH` (composing recurses per level), turns
+    any constructor failure into a YAML error with its line, and reads `10:00:00:00:00:00:00:01`
+    as text, not as YAML 1.1's base-60 integer (which would silently turn a dpid into another)."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self.depth = 0
+        self.nodes = 0  # composed so far: stops a long file early (aliases are counted by `_check_nodes`)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self.depth += 1
+        self.nodes += 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                raise _LimitExceeded(f"lists and mappings nested more than {MAX_YAML_DEPTH} deep",
+                                     self.peek_event().start_mark)
+            if self.nodes > MAX_YAML_NODES:
+                raise _LimitExceeded(f"more than {MAX_YAML_NODES:,} values", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:  # e.g. `2016-13-45` (a date), `!!bool maybe`, `!!float x`
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {shown(getattr(node, 'value', ''))} as {node.tag.rsplit(':', 1)[-1]}: "
+                f"{exc}", node.start_mark) from None
+
+
+# YAML 1.1's implicit int and float patterns without their base-60 forms (YAML 1.2 dropped them).
+_SafeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SafeLoader.add_implicit_resolver(_INT_TAG, re.compile(r"""^(?:[-+]?0b[0-1_]+
+    |[-+]?0[0-7_]+
+    |[-+]?(?:0|[1-9][0-9_]*)
+    |[-+]?0x[0-9a-fA-F_]+)$""", re.X), list("-+0123456789"))
+_SafeLoader.add_implicit_resolver(_FLOAT_TAG, re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
 
 
 def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
     keys = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if key in keys:
+        try:
+            seen = key in keys
+        except TypeError:
+            raise yaml.constructor.ConstructorError(None, None, "a list or mapping cannot be a key",
+                                                    key_node.start_mark) from None
+        if seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                None, None, f"key {shown(key)} appears twice in one mapping", key_node.start_mark
             )
         keys.add(key)
     return loader.construct_mapping(node, deep)
 
 
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping
-)
+_SafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _check_nodes(root: yaml.Node) -> None:
+    """Refuse a composed document whose aliases expand beyond the depth or node limits, or that
+    holds an integer too long to be any field's value or text that is not Unicode."""
+    count = 0
+    open_nodes: set[int] = set()
+
+    def visit(node: yaml.Node, path: tuple[int | str, ...], depth: int) -> None:
+        nonlocal count
+        count += 1
+        if count > MAX_YAML_NODES:
+            raise _LimitExceeded(f"more than {MAX_YAML_NODES:,} values (aliases counted each time they are used)",
+                                 node.start_mark)
+        if depth > MAX_YAML_DEPTH:
+            raise _LimitExceeded(f"{field_path(path)}: lists and mappings nested more than {MAX_YAML_DEPTH} deep "
+                                 "(through aliases)", node.start_mark)
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag == _INT_TAG and len(node.value) > MAX_INT_CHARS:
+                raise _LimitExceeded(f"{field_path(path)}: a {len(node.value):,}-character integer is far out of "
+                                     f"range (at most {MAX_INT_CHARS} characters)", node.start_mark)
+            if _SURROGATE_RE.search(node.value):
+                raise _LimitExceeded(f"{field_path(path)}: text with a lone surrogate (\\ud800-\\udfff) is not "
+                                     "Unicode", node.start_mark)
+            return
+        if id(node) in open_nodes:
+            raise _LimitExceeded(f"{field_path(path)}: an alias refers to a list or mapping that holds it",
+                                 node.start_mark)
+        open_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, child in enumerate(node.value):
+                visit(child, (*path, i), depth + 1)
+        else:
+            for key, value in node.value:
+                visit(key, path, depth + 1)
+                label = shown(key.value, 40).strip("'\"") if isinstance(key, yaml.ScalarNode) else "?"
+                visit(value, (*path, label), depth + 1)
+        open_nodes.discard(id(node))
+
+    visit(root, (), 1)
 
 
 def read_yaml(text: str, source: str) -> Any:
-    """Parse YAML `text`; a syntax error or repeated key becomes `InvalidArgument` with the line."""
+    """Parse YAML `text`; a syntax error, a repeated key or a document beyond the YAML limits
+    (`MAX_YAML_DEPTH`, `MAX_YAML_NODES`, `MAX_INT_CHARS`) becomes `InvalidArgument` with the line."""
+    loader = _SafeLoader(text)
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        _check_nodes(root)
+        return loader.construct_document(root)
+    except _LimitExceeded as exc:
+        where = f" (line {exc.mark.line + 1}, column {exc.mark.column + 1})" if exc.mark else ""
+        raise InvalidArgument(f"{source}: {exc}{where}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
         raise InvalidArgument(f"{source}: not valid YAML at {where}: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
         raise InvalidArgument(f"{source}: not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def read_text_file(path: str | Path, limit: int, what: str, missing: str | None = None) -> str:
+    """The UTF-8 text of the file at `path`, refused (`InvalidArgument` naming it) when larger than
+    `limit` bytes: the size is checked before reading, and the read is bounded too (a pipe or a
+    device has no size). `missing` is the message for a file that does not exist."""
+    source = str(path)
+    too_big = f"{source}: a {what} may have at most {limit:,} bytes"
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                raise InvalidArgument(f"{too_big}; this one has {size:,}")
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        if missing is not None and isinstance(exc, FileNotFoundError):
+            raise InvalidArgument(f"{source}: {missing}") from None
+        raise InvalidArgument(f"{source}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InvalidArgument(f"{too_big}; this one has more")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"{source}: cannot read {what}: not UTF-8 text (byte {exc.start:,} is "
+                              f"{data[exc.start]:#04x})") from None
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
     """Render a pydantic location as `links[3].b_port`."""
     path = ""
     for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        if not isinstance(part, int):
+            part = str(part) if len(str(part)) <= 40 else shown(str(part), 40)
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else part)
     return path or "(top level)"
 
 
@@ -241,7 +445,11 @@ def describe_validation_error(exc: ValidationError, source: str) -> list[str]:
         elif error["type"] == "missing":
             message = "required field is missing"
         elif error["type"] == "string_pattern_mismatch":
-            message = f"{error.get('input')!r} is not a valid name (letters, digits, '.', '_', '-'; at most 63)"
+            message = f"{shown(error.get('input'))} is not a valid name (letters, digits, '.', '_', '-'; at most 63)"
+        elif error["type"] == "too_long":
+            message = f"at most {error['ctx']['max_length']:,} allowed, this has {error['ctx']['actual_length']:,}"
+        elif error["type"] == "string_too_long":
+            message = f"at most {error['ctx']['max_length']:,} characters, this has {len(error['input']):,}"
         problems.append(f"{source}: {field_path(loc)}: {message}")
     return problems
 
@@ -270,6 +478,12 @@ def check_consistency(spec: TopologySpec) -> list[str]:
         else:
             used_ports[(switch, port)] = where.rsplit(".", 1)[0]
 
+    total_ports = sum(len(switch.ports) for switch in spec.switches)
+    if total_ports > MAX_PORTS:
+        problems.append(f"switches: {total_ports:,} ports in all; at most {MAX_PORTS:,} are accepted")
+    if len(spec.switches) > 1 and not spec.links:
+        problems.append(f"links: none, so no two of the {len(spec.switches)} switches can ever reach each other; "
+                        "a topology of more than one switch needs links")
     for i, switch in enumerate(spec.switches):
         claim_name(switch.name, f"switches[{i}].name")
         if switch.dpid in dpids:
@@ -323,29 +537,42 @@ def check_consistency(spec: TopologySpec) -> list[str]:
     return problems
 
 
+def _too_many(data: dict, source: str) -> list[str]:
+    """The sections with more entries than the limits allow, found before validating any entry."""
+    limits = {"switches": MAX_SWITCHES, "links": MAX_LINKS, "dtns": MAX_DTNS, "sites": MAX_SITES}
+    return [f"{source}: {section}: {len(data[section]):,} entries; at most {limit:,} are accepted"
+            for section, limit in limits.items()
+            if isinstance(data.get(section), list) and len(data[section]) > limit]
+
+
+def capped_problems(problems: list[str], source: str) -> list[str]:
+    """`problems` cut after `MAX_PROBLEMS_SHOWN`, with a last line counting the rest."""
+    if len(problems) <= MAX_PROBLEMS_SHOWN:
+        return problems
+    return [*problems[:MAX_PROBLEMS_SHOWN], f"{source}: ... and {len(problems) - MAX_PROBLEMS_SHOWN:,} more problems"]
+
+
 def parse_topology_spec(data: Any, source: str) -> TopologySpec:
     """Validate already-parsed YAML data; raise `TopologyError` naming every problem."""
     if not isinstance(data, dict):
         raise TopologyError([f"{source}: (top level): expected a mapping with name, switches, links, dtns, sites"])
+    too_many = _too_many(data, source)
+    if too_many:
+        raise TopologyError(too_many)
     try:
-        spec = TopologySpec.model_validate(data)
+        spec = TopologySpec.model_validate(data, context={"ports": 0})
     except ValidationError as exc:
-        raise TopologyError(describe_validation_error(exc, source)) from None
+        raise TopologyError(capped_problems(describe_validation_error(exc, source), source)) from None
     problems = check_consistency(spec)
     if problems:
-        raise TopologyError([f"{source}: {p}" for p in problems])
+        raise TopologyError(capped_problems([f"{source}: {p}" for p in problems], source))
     return spec
 
 
 def load_topology_spec(path: str | Path) -> TopologySpec:
-    """Read and validate the topology file at `path`."""
+    """Read and validate the topology file at `path` (at most `MAX_TOPOLOGY_BYTES`)."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidArgument(f"{source}: no such topology file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"{source}: cannot read topology file: {exc}") from None
+    text = read_text_file(path, MAX_TOPOLOGY_BYTES, "topology file", missing="no such topology file")
     return parse_topology_spec(read_yaml(text, source), source)
 
 

@@ -51,6 +51,7 @@ from typing import Any
 from dtn_agent.engines import ENGINES
 from dtn_agent.reports import Pinning, RateReport, StreamRate
 from sdn_app.core import transfer_store as store
+from sdn_app.core import validation
 from sdn_app.core.agents import Agent, AgentRegistry, AgentState
 from sdn_app.core.clock import Clock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
@@ -254,6 +255,7 @@ class TransferDesk:
         if principal.role not in (Role.SERVICE, Role.ADMIN):
             raise PermissionDenied(f"{principal.name} (role {principal.role}) may not start transfers: "
                                    "only service and admin tokens may")
+        validation.request_id(request_id)
         if request_id and (principal.name, request_id) in self._by_request:
             earlier = self._transfers.get(self._by_request[(principal.name, request_id)])
             if earlier is not None and earlier.spec == spec:
@@ -299,7 +301,7 @@ class TransferDesk:
         """The transfer `transfers/{id}` (or the id), if the caller may see it."""
         transfer = self._transfers.get(name.removeprefix("transfers/"))
         if transfer is None or not (principal.may_see(transfer.owner)):
-            raise NotFound(f"transfer {name!r} not found")
+            raise NotFound(f"transfer {validation.shown(name)} not found")
         return transfer
 
     def list(self, principal: Principal) -> list[Transfer]:
@@ -327,8 +329,11 @@ class TransferDesk:
 
     def jobs_for(self, principal: Principal, dtn: str, bound_dtn: str | None = None) -> list[Job]:
         """The jobs of live transfers handed to the agent of `dtn` and not yet ended there, and
-        the STOPs of recently ended transfers whose side there has not reported its end."""
+        the STOPs of recently ended transfers whose side there has not reported its end.
+        NotFound for a DTN the topology does not have (no job could ever come), InvalidArgument
+        for an empty or over-long name."""
         self._check_agent(principal, dtn, bound_dtn)
+        validation.known_dtn(self.book.topology.dtns, dtn, "dtn", self.book.topology.name)
         live = [job for transfer in self._transfers.values() if not transfer.state.ended
                 for job in transfer.unfinished if job.dtn == dtn]
         return live + [job for job, _ in self._stops.values() if job.dtn == dtn]
@@ -560,7 +565,7 @@ class TransferDesk:
         self._check_agent(principal, dtn, bound_dtn)
         transfer = self._transfers.get(name.removeprefix("transfers/"))
         if transfer is None:
-            raise NotFound(f"transfer {name!r} not found (the controller may have restarted)")
+            raise NotFound(f"transfer {validation.shown(name)} not found (the controller may have restarted)")
         expected = transfer.spec.dst if role is JobRole.RECEIVE else transfer.spec.src
         if role is JobRole.STOP or dtn != expected:
             raise PermissionDenied(f"dtn {dtn} is not the {role.lower()} side of {transfer.name}")
@@ -677,15 +682,8 @@ def _awaited(transfer: Transfer) -> str | None:
 
 
 def _check_rate(report: RateReport, what: str) -> None:
-    """InvalidArgument naming the first number of `report` that is not finite (none is stored)."""
-    numbers = {"start": report.start, "end": report.end, "bits_per_second": report.bits_per_second,
-               "rtt_ms": report.rtt_ms, "cpu_percent": report.cpu_percent}
-    for stream in report.streams:
-        numbers |= {f"streams[{stream.stream}].bits_per_second": stream.bits_per_second,
-                    f"streams[{stream.stream}].rtt_ms": stream.rtt_ms}
-    for key, value in numbers.items():
-        if value is not None and not math.isfinite(value):
-            raise InvalidArgument(f"{what}.{key}: must be a finite number, got {value}")
+    """InvalidArgument naming the first field of `report` outside its limits (none is stored)."""
+    report.check(what)
 
 
 def _path_ended(reservation: Reservation) -> str:

@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 from dtn_agent.engines import ENGINES
 from sdn_app.core.errors import InvalidArgument, TopologyError
 from sdn_app.core.topology import Topology
-from sdn_app.core.topology_schema import NAME_PATTERN, describe_validation_error, read_yaml
+from sdn_app.core.topology_schema import NAME_PATTERN, describe_validation_error, read_text_file, read_yaml
 from sdn_app.core.units import format_bandwidth, parse_bandwidth, parse_size
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
@@ -29,6 +29,7 @@ DEFAULT_SCENARIO = "sc16-terabit"
 MIN_TCLINK_MBPS = 0.001  # what topologies.mininet_builder can shape (kept here: no mininet import)
 MAX_TCLINK_MBPS = 1000.0
 TAIL = 5.0  # seconds the run goes on after the last action when the file gives no duration
+MAX_SCENARIO_BYTES = 1024 * 1024  # the shipped ones are under 10 kB
 
 
 class ScenarioError(InvalidArgument):
@@ -283,10 +284,7 @@ def load_scenario(ref: str | Path) -> LoadedScenario:
     """Read and check the scenario `ref` (a path, or the name of a file in scenarios/)."""
     path = resolve_scenario(str(ref))
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError([f"{path}: cannot read scenario file: {exc}"]) from None
-    try:
+        text = read_text_file(path, MAX_SCENARIO_BYTES, "scenario file")
         data = read_yaml(text, str(path))
     except InvalidArgument as exc:
         raise ScenarioError([str(exc)]) from None

@@ -11,6 +11,9 @@ Families (all prefixed `tsdn_`):
   failed_precondition).
 - `reroutes_total{cause}`: reservations moved to another route (link, congestion, other).
 - `reservation_setup_seconds`: histogram of the time from a reservation's creation to ACTIVE.
+- `ledger_repairs_total{cause,action}`: reservations whose loaded booking no longer fit the
+  topology (cause: capacity, link_removed, dtn_removed), and what was done (rerouted, degraded,
+  failed); counted by the book when it loads (`ReservationBook.repairs`).
 - `throughput_bits_per_second`: nominal bits/s delivered to DTNs (the aggregate throughput).
 """
 
@@ -28,6 +31,9 @@ from sdn_app.core.utilization import DirectionLoad
 __all__ = ["CONTENT_TYPE", "ControllerMetrics", "reroute_cause"]
 
 SETUP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
+# (cause, action) of the load-time repairs that can happen, shown at 0 until they do
+LEDGER_REPAIRS = (("capacity", "rerouted"), ("capacity", "degraded"), ("capacity", "failed"),
+                  ("link_removed", "rerouted"), ("link_removed", "failed"), ("dtn_removed", "failed"))
 
 
 def reroute_cause(event: Event) -> str | None:
@@ -68,6 +74,12 @@ class ControllerMetrics:
         self.reroutes = Counter("tsdn_reroutes", "Reservations moved to another route", ("cause",), registry=r)
         self.setup = Histogram("tsdn_reservation_setup_seconds",
                                "Time from a reservation's creation to ACTIVE", buckets=SETUP_BUCKETS, registry=r)
+        self.ledger_repairs = Counter("tsdn_ledger_repairs",
+                                      "Reservations whose loaded booking no longer fit the topology, by cause and "
+                                      "what was done", ("cause", "action"), registry=r)
+        self._repairs_seen: dict[tuple[str, str], int] = {}
+        for cause, action in LEDGER_REPAIRS:
+            self.ledger_repairs.labels(cause, action)
         self.throughput = Gauge("tsdn_throughput_bits_per_second",
                                 "Nominal bits/s delivered to DTNs (aggregate throughput)", registry=r)
         for state in State:
@@ -111,6 +123,14 @@ class ControllerMetrics:
             if total > self._refused_seen.get(reason, 0):
                 self.refused.labels(reason).inc(total - self._refused_seen.get(reason, 0))
                 self._refused_seen[reason] = total
+
+    def set_ledger_repairs(self, totals: Mapping[tuple[str, str], int]) -> None:
+        """Bring the repair counters up to the core's totals (`ReservationBook.ledger_repairs`)."""
+        for key, total in totals.items():
+            seen = self._repairs_seen.get(key, 0)
+            if total > seen:
+                self.ledger_repairs.labels(*key).inc(total - seen)
+                self._repairs_seen[key] = total
 
     def set_reservations(self, counts: Mapping[str, int]) -> None:
         for state in State:
