@@ -22,6 +22,18 @@ TOKENS = {
 }
 
 
+def write_dtn_tokens(folder: Path, service: tuple[str, str], agent_tokens: dict[str, str]) -> Path:
+    """A tokens file in `folder` with the service (principal, token) and one agent token bound to
+    each DTN of `agent_tokens` (DTN -> token), principal `agent-<dtn>`."""
+    entries = [{"principal": service[0], "role": "service", "token": service[1]}]
+    entries += [{"principal": f"agent-{dtn}", "role": "agent", "token": token, "dtn": dtn}
+                for dtn, token in agent_tokens.items()]
+    path = folder / "tokens.yaml"
+    path.write_text(yaml.safe_dump({"tokens": entries}))
+    path.chmod(0o600)
+    return path
+
+
 @pytest.fixture
 def tokens_file(tmp_path: Path) -> Path:
     """A tokens file with two services, an admin and an agent (see TOKENS)."""

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-import yaml
 
 from dtn_agent.agent import data_nic, facts_message, run_agent
 from dtn_agent.host import HostFacts, Nic
@@ -31,6 +30,7 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2 as bw_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as pb
 from northbound.server import Controller
 from sdn_app.core.errors import InvalidArgument
+from tests.conftest import write_dtn_tokens
 from tests.waiting import wait_for
 
 SRC, DST = "dtn1", "dtn2"
@@ -44,13 +44,7 @@ ENDED = {pb.TRANSFER_SUCCEEDED, pb.TRANSFER_FAILED, pb.TRANSFER_CANCELLED}
 @pytest.fixture
 def tokens(tmp_path: Path) -> Path:
     """A service token, and one agent token bound to each of the two DTNs."""
-    entries = [{"principal": SERVICE[0], "role": "service", "token": SERVICE[1]}]
-    entries += [{"principal": f"agent-{dtn}", "role": "agent", "token": token, "dtn": dtn}
-                for dtn, token in AGENT_TOKENS.items()]
-    path = tmp_path / "tokens.yaml"
-    path.write_text(yaml.safe_dump({"tokens": entries}))
-    path.chmod(0o600)
-    return path
+    return write_dtn_tokens(tmp_path, SERVICE, AGENT_TOKENS)
 
 
 @pytest.fixture

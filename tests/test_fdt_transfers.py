@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from dtn_agent.agent import run_agent
 from northbound.client import TsdnClient
@@ -26,6 +25,7 @@ from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as bw_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as pb
 from northbound.server import Controller
+from tests.conftest import write_dtn_tokens
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,13 +55,7 @@ needs_fdt = pytest.mark.skipif(JAR is None, reason=WHY_NOT)
 @pytest.fixture
 def tokens(tmp_path: Path) -> Path:
     """A service token, and one agent token bound to each of the three DTNs."""
-    entries = [{"principal": SERVICE[0], "role": "service", "token": SERVICE[1]}]
-    entries += [{"principal": f"agent-{dtn}", "role": "agent", "token": token, "dtn": dtn}
-                for dtn, token in AGENT_TOKENS.items()]
-    path = tmp_path / "tokens.yaml"
-    path.write_text(yaml.safe_dump({"tokens": entries}))
-    path.chmod(0o600)
-    return path
+    return write_dtn_tokens(tmp_path, SERVICE, AGENT_TOKENS)
 
 
 @pytest.fixture

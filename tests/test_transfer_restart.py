@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from dtn_agent.agent import run_agent
 from northbound.client import TsdnClient
@@ -30,6 +29,7 @@ from sdn_app.cli import main
 from sdn_app.core import transfer_store
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.topology import Topology
+from tests.conftest import write_dtn_tokens
 from tests.waiting import wait_for
 from topologies import builtin_topology
 
@@ -45,13 +45,7 @@ READY = "tsdn controller listening on "
 @pytest.fixture
 def tokens(tmp_path: Path) -> Path:
     """A service token, and one agent token bound to each of the two DTNs."""
-    entries = [{"principal": SERVICE[0], "role": "service", "token": SERVICE[1]}]
-    entries += [{"principal": f"agent-{dtn}", "role": "agent", "token": token, "dtn": dtn}
-                for dtn, token in AGENT_TOKENS.items()]
-    path = tmp_path / "tokens.yaml"
-    path.write_text(yaml.safe_dump({"tokens": entries}))
-    path.chmod(0o600)
-    return path
+    return write_dtn_tokens(tmp_path, SERVICE, AGENT_TOKENS)
 
 
 @pytest.fixture
