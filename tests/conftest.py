@@ -9,9 +9,13 @@ import pytest
 import yaml
 
 from northbound.client import TsdnClient
+from northbound.proto.tsdn.v1 import bandwidth_pb2 as bandwidth_pb
+from northbound.proto.tsdn.v1 import transfer_pb2 as transfer_pb
 from northbound.server import Controller, ControllerConfig
 from sdn_app.core.clock import Clock, SystemClock
 from topologies import builtin_topology
+
+TRANSFER_ENDED = {transfer_pb.TRANSFER_SUCCEEDED, transfer_pb.TRANSFER_FAILED, transfer_pb.TRANSFER_CANCELLED}
 
 # principal -> (role, token)
 TOKENS = {
@@ -20,6 +24,25 @@ TOKENS = {
     "noc": ("admin", "noc-token-0123456789abcdef"),
     "dtn-agent": ("agent", "agent-token-0123456789abcdef"),
 }
+
+
+def follow_transfer(client: TsdnClient, name: str,
+                    on_event: Callable[[transfer_pb.TransferEvent], None] = lambda e: None,
+                    timeout: float = 120) -> list[transfer_pb.TransferEvent]:
+    """The transfer's events until it ends (the watch ends then; `timeout` bounds the wait)."""
+    events = []
+    for event in client.watch_transfer(name, timeout=timeout):
+        events.append(event)
+        on_event(event)
+        if event.state in TRANSFER_ENDED:
+            break
+    assert events and events[-1].state in TRANSFER_ENDED, f"{name} did not end: {events[-1:] or 'no events'}"
+    return events
+
+
+def reservation_released(client: TsdnClient, transfer: transfer_pb.Transfer) -> bool:
+    """Whether the transfer's reservation is RELEASED."""
+    return client.get_reservation(transfer.reservation).state == bandwidth_pb.RELEASED
 
 
 def write_dtn_tokens(folder: Path, service: tuple[str, str], agent_tokens: dict[str, str]) -> Path:

@@ -14,7 +14,7 @@ import re
 import shutil
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -26,11 +26,10 @@ from dtn_agent.jobs import JobOptions, JobRunner, pinning_for
 from dtn_agent.pinning import NOT_PINNED_UNKNOWN_NODE, PinningPlan
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
-from northbound.proto.tsdn.v1 import bandwidth_pb2 as bw_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as pb
 from northbound.server import Controller
 from sdn_app.core.errors import InvalidArgument
-from tests.conftest import write_dtn_tokens
+from tests.conftest import follow_transfer, reservation_released, write_dtn_tokens
 from tests.waiting import wait_for
 
 SRC, DST = "dtn1", "dtn2"
@@ -79,21 +78,6 @@ def site(start_controller, tokens) -> Iterator[tuple[Controller, TsdnClient, thr
         assert not errors, errors
 
 
-def _follow(client: TsdnClient, name: str, on_event: Callable[[pb.TransferEvent], None] = lambda e: None,
-            ) -> list[pb.TransferEvent]:
-    """The transfer's events until it ends (the watch ends then; its deadline bounds the wait)."""
-    events = []
-    for event in client.watch_transfer(name, timeout=120):
-        events.append(event)
-        on_event(event)
-        if event.state in ENDED:
-            break
-    assert events and events[-1].state in ENDED, f"{name} did not end: {events[-1:] or 'no events'}"
-    return events
-
-
-def _released(client: TsdnClient, transfer: pb.Transfer) -> bool:
-    return client.get_reservation(transfer.reservation).state == bw_pb.RELEASED
 
 
 def _side_threads(transfer: pb.Transfer) -> list[threading.Thread]:
@@ -106,13 +90,13 @@ def test_memory_transfer_succeeds_with_rate_reports(site):
     _, client, _ = site
     size = 64 * MiB
     transfer = client.start_transfer(SRC, DST, BANDWIDTH, size=size, streams=2)
-    events = _follow(client, transfer.name)
+    events = follow_transfer(client, transfer.name)
     end = events[-1]
     assert end.state == pb.TRANSFER_SUCCEEDED, end.reason
     assert end.transfer.rate.final and end.transfer.rate.bytes_total == size
     assert end.transfer.receiver_rate.bytes_total == size
     assert any(e.reason == "rate" for e in events), [e.reason for e in events]
-    assert wait_for(lambda: _released(client, transfer), "the reservation released")
+    assert wait_for(lambda: reservation_released(client, transfer), "the reservation released")
     wait_for(lambda: not _side_threads(transfer), "both sides' threads to end")
 
 
@@ -126,7 +110,7 @@ def test_files_are_sent_and_verified(site, tmp_path):
     destination = tmp_path / "destination"
     transfer = client.start_transfer(SRC, DST, BANDWIDTH, files=[str(source)], destination=str(destination),
                                      streams=2)
-    end = _follow(client, transfer.name)[-1]
+    end = follow_transfer(client, transfer.name)[-1]
     assert end.state == pb.TRANSFER_SUCCEEDED, end.reason
     assert end.transfer.checksums_verified is True
     landed = destination / "run2024"
@@ -134,7 +118,7 @@ def test_files_are_sent_and_verified(site, tmp_path):
     assert not compare.left_only and not compare.right_only and not compare.diff_files
     for name in ("raw/events.bin", "raw/empty.dat", "manifest.txt"):
         assert (landed / name).read_bytes() == (source / name).read_bytes()
-    assert wait_for(lambda: _released(client, transfer), "the reservation released")
+    assert wait_for(lambda: reservation_released(client, transfer), "the reservation released")
 
 
 @pytest.mark.parametrize("engine", [
@@ -156,9 +140,9 @@ def test_cancel_stops_both_engines(site, engine):
             port.append(0)  # cancel once
             client.cancel_transfer(transfer.name)
 
-    end = _follow(client, transfer.name, on_event)[-1]
+    end = follow_transfer(client, transfer.name, on_event)[-1]
     assert end.state == pb.TRANSFER_CANCELLED, end.reason
-    assert wait_for(lambda: _released(client, transfer), "the reservation released")
+    assert wait_for(lambda: reservation_released(client, transfer), "the reservation released")
     wait_for(lambda: not _side_threads(transfer), "both engines to stop", timeout=20)
 
     def closed() -> bool:
@@ -170,10 +154,10 @@ def test_cancel_stops_both_engines(site, engine):
 def test_unavailable_engine_fails_the_transfer_at_once(site):
     _, client, _ = site
     transfer = client.start_transfer(SRC, DST, BANDWIDTH, size=64 * MiB, engine="rdma")
-    end = _follow(client, transfer.name)[-1]
+    end = follow_transfer(client, transfer.name)[-1]
     assert end.state == pb.TRANSFER_FAILED
     assert "no RDMA device" in end.reason, end.reason
-    assert wait_for(lambda: _released(client, transfer), "the reservation released")
+    assert wait_for(lambda: reservation_released(client, transfer), "the reservation released")
 
 
 def test_stopping_the_agents_fails_their_transfers(site):
@@ -182,11 +166,11 @@ def test_stopping_the_agents_fails_their_transfers(site):
     wait_for(lambda: client.get_transfer(transfer.name).state == pb.TRANSFER_RUNNING, "the transfer to run")
     wait_for(lambda: len(_side_threads(transfer)) == 2, "both sides to run")
     stop.set()
-    end = _follow(client, transfer.name)[-1]
+    end = follow_transfer(client, transfer.name)[-1]
     assert end.state == pb.TRANSFER_FAILED
     assert "agent stopping" in end.reason, end.reason
     wait_for(lambda: not _side_threads(transfer), "both engines to stop")
-    assert wait_for(lambda: _released(client, transfer), "the reservation released")
+    assert wait_for(lambda: reservation_released(client, transfer), "the reservation released")
 
 
 # -- without a controller: choices the agent makes by itself -------------------------------------

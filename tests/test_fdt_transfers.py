@@ -22,10 +22,9 @@ import pytest
 from dtn_agent.agent import run_agent
 from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
-from northbound.proto.tsdn.v1 import bandwidth_pb2 as bw_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as pb
 from northbound.server import Controller
-from tests.conftest import write_dtn_tokens
+from tests.conftest import follow_transfer, reservation_released, write_dtn_tokens
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,19 +89,6 @@ def site(start_controller, tokens) -> Iterator[tuple[Controller, TsdnClient]]:
         assert not errors, errors
 
 
-def _follow(client: TsdnClient, name: str) -> list[pb.TransferEvent]:
-    """The transfer's events until it ends (the watch's deadline bounds the wait)."""
-    events = []
-    for event in client.watch_transfer(name, timeout=180):
-        events.append(event)
-        if event.state in ENDED:
-            break
-    assert events and events[-1].state in ENDED, f"{name} did not end: {events[-1:] or 'no events'}"
-    return events
-
-
-def _released(client: TsdnClient, transfer: pb.Transfer) -> bool:
-    return client.get_reservation(transfer.reservation).state == bw_pb.RELEASED
 
 
 def _fdt_running() -> list[str]:
@@ -124,14 +110,14 @@ def test_memory_transfer_ends_at_its_size_with_rates_on_the_way(site):
     _, client = site
     size = 600 * MiB
     transfer = client.start_transfer("dtn1", "dtn2", BANDWIDTH, size=size, streams=2, engine="fdt")
-    events = _follow(client, transfer.name)
+    events = follow_transfer(client, transfer.name, timeout=180)
     end = events[-1]
     assert end.state == pb.TRANSFER_SUCCEEDED, end.reason
     assert end.transfer.rate.final and end.transfer.rate.bytes_total == size
     assert end.transfer.receiver_rate.final and end.transfer.receiver_rate.bytes_total == size
     assert any(e.reason == "rate" and e.transfer.rate.bits_per_second > 0 for e in events), \
         [e.reason for e in events]
-    assert wait_for(lambda: _released(client, transfer), "the reservation released")
+    assert wait_for(lambda: reservation_released(client, transfer), "the reservation released")
     wait_for(lambda: not _fdt_running(), "both FDT processes to end")
 
 
@@ -146,7 +132,7 @@ def test_files_arrive_byte_identical(site, tmp_path):
     destination = tmp_path / "destination"
     transfer = client.start_transfer("dtn1", "dtn2", BANDWIDTH, files=[str(source)], destination=str(destination),
                                      streams=2, engine="fdt")
-    end = _follow(client, transfer.name)[-1]
+    end = follow_transfer(client, transfer.name, timeout=180)[-1]
     assert end.state == pb.TRANSFER_SUCCEEDED, end.reason
     assert end.transfer.checksums_verified is True  # each file's MD5 on dtn2 is the one FDT read on dtn1
     landed = destination / "run2024"
@@ -156,7 +142,7 @@ def test_files_arrive_byte_identical(site, tmp_path):
     for name in compare.common_files:
         assert (landed / name).read_bytes() == (source / name).read_bytes(), name
     assert end.transfer.rate.bytes_total == 5 * MiB + 17 + len("run 2024, 3 files\n")
-    assert wait_for(lambda: _released(client, transfer), "the reservation released")
+    assert wait_for(lambda: reservation_released(client, transfer), "the reservation released")
 
 
 @needs_fdt
@@ -168,10 +154,10 @@ def test_a_tree_fdt_would_flatten_fails_saying_why(site, tmp_path):
     (source / "manifest.txt").write_text("m\n")
     transfer = client.start_transfer("dtn1", "dtn2", BANDWIDTH, files=[str(source)],
                                      destination=str(tmp_path / "in"), engine="fdt")
-    end = _follow(client, transfer.name)[-1]
+    end = follow_transfer(client, transfer.name, timeout=180)[-1]
     assert end.state == pb.TRANSFER_FAILED
     assert "several directories" in end.reason and "builtin engine" in end.reason, end.reason
-    assert wait_for(lambda: _released(client, transfer), "the reservation released")
+    assert wait_for(lambda: reservation_released(client, transfer), "the reservation released")
     wait_for(lambda: not _fdt_running(), "the receiver's FDT to be stopped", timeout=30)
 
 
@@ -184,7 +170,7 @@ def test_two_transfers_into_one_receiver_at_once(site):
     ends: dict[str, pb.TransferEvent] = {}
 
     def follow(src: str) -> None:
-        ends[src] = _follow(client, transfers[src].name)[-1]
+        ends[src] = follow_transfer(client, transfers[src].name, timeout=180)[-1]
 
     followers = [threading.Thread(target=follow, args=(src,), daemon=True) for src in sizes]
     for thread in followers:
@@ -197,7 +183,7 @@ def test_two_transfers_into_one_receiver_at_once(site):
         assert end.transfer.rate.bytes_total == sizes[src], src
         assert end.transfer.receiver_rate.bytes_total == sizes[src], src
     for transfer in transfers.values():
-        assert wait_for(lambda t=transfer: _released(client, t), "the reservations released")
+        assert wait_for(lambda t=transfer: reservation_released(client, t), "the reservations released")
 
 
 @needs_fdt
@@ -215,7 +201,7 @@ def test_cancel_stops_both_fdts(site):
             break
     assert cancelled, [e.reason for e in events]
     assert events[-1].state == pb.TRANSFER_CANCELLED, events[-1].reason
-    assert wait_for(lambda: _released(client, transfer), "the reservation released")
+    assert wait_for(lambda: reservation_released(client, transfer), "the reservation released")
     wait_for(lambda: not _fdt_running(), "both FDT processes to be stopped", timeout=30)
 
 
