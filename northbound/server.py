@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,16 +36,20 @@ from northbound.streams import (
     StreamSlots,
 )
 from northbound.transfers import TransferServicer
+from sdn_app.core.advisor import RateAdvisor
 from sdn_app.core.agents import DEFAULT_HEARTBEAT_TIMEOUT, AgentRegistry
 from sdn_app.core.clock import Clock, SystemClock
+from sdn_app.core.congestion import ReroutePolicy
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.reservations import DEFAULT_KEEP_ENDED, Principal, ReservationBook, Role, Sweeper
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfers import TransferDesk
+from sdn_app.core.utilization import DirectionLoad
 from sdn_app.worker import CoreWorker
 
 log = logging.getLogger(__name__)
+LOAD_INTERVAL = 1.0  # seconds between rounds of measured link loads into the book (the switches are polled as often)
 SERVICES = (
     bandwidth_pb2.DESCRIPTOR.services_by_name["BandwidthService"].full_name,
     topology_pb2.DESCRIPTOR.services_by_name["TopologyService"].full_name,
@@ -78,6 +83,7 @@ class ControllerConfig:
     keep_ended: float = DEFAULT_KEEP_ENDED  # seconds an ended reservation stays in memory (inf: for good)
     max_streams: int = DEFAULT_MAX_STREAMS  # server streams (Watch*, TakeJobs, ...) open at once, in total
     max_streams_per_principal: int = DEFAULT_MAX_STREAMS_PER_PRINCIPAL  # ... and per principal
+    reroute: ReroutePolicy = field(default_factory=ReroutePolicy)  # when and where rates move reservations
     clock: Clock = field(default_factory=SystemClock)
 
 
@@ -161,6 +167,31 @@ def _host_port(address: str, option: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class LoadFeed:
+    """The switches' measured link loads into the book every `LOAD_INTERVAL` s (a ticker of the core
+    worker, so on its thread); each congestion verdict that changes is logged."""
+
+    def __init__(self, book: ReservationBook, measure: Callable[[], Mapping[str, DirectionLoad]]):
+        self.book = book
+        self.measure = measure
+        self._next = book.clock.now()
+
+    def tick(self) -> None:
+        """Feed one round of loads."""
+        self._next = self.book.clock.now() + LOAD_INTERVAL
+        for condition in self.book.observe_loads(self.measure()):
+            if condition.congested:
+                log.warning("link direction congested: %s", condition.describe())
+            else:
+                log.info("link direction clear again: %s", condition.describe())
+
+    def next_deadline(self) -> float:
+        return self._next
+
+    def take_events(self) -> list:
+        return []
+
+
 class Controller:
     """A running controller: the reservation book on its worker thread, served over gRPC."""
 
@@ -202,7 +233,7 @@ class Controller:
         try:
             self.book = ReservationBook(self.topology, self.ledger, config.clock,
                                         provisioning=config.listen_openflow is not None,
-                                        keep_ended=config.keep_ended)
+                                        advisor=RateAdvisor(config.reroute), keep_ended=config.keep_ended)
             for repair in self.book.repairs:  # bookings that no longer fit the topology: never silently
                 log.warning("%s: %s %s: %s", config.state, repair.reservation, repair.action, repair.reason)
             self.book.host_limits = self.agents.host_limit
@@ -220,7 +251,10 @@ class Controller:
         except BaseException:
             self.ledger.close()
             raise
-        self.worker = CoreWorker(self.book, self.fabric, tickers=(self.agents, self.transfers, Sweeper(self.book)))
+        tickers: tuple = (self.agents, self.transfers, Sweeper(self.book))
+        if self.fabric is not None:
+            tickers += (LoadFeed(self.book, self.fabric.utilization),)
+        self.worker = CoreWorker(self.book, self.fabric, tickers=tickers)
         # --- live map and /metrics (sdn_app/web) ---
         self.web = None
         if config.listen_http is not None:

@@ -11,6 +11,7 @@ from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.reservations import Principal, Reservation, ReservationBook, Role, State
 from sdn_app.core.topology import Topology
+from sdn_app.core.utilization import DirectionLoad
 from tests.flowtable import FlowTables
 from topologies import builtin_topology
 
@@ -49,3 +50,13 @@ def active(env: SimpleNamespace, *args, **kwargs) -> Reservation:
     confirm(env)
     assert env.book.get(RUCIO, r.name).state is State.ACTIVE
     return r
+
+
+def measured_loads(topology: Topology, measured: dict[str, float]) -> dict[str, DirectionLoad]:
+    """Every direction measured as the switches' port counters would: `measured` (nominal bits/s)
+    where given, idle elsewhere."""
+    out = {}
+    for d in topology.directions.values():
+        bps = measured.get(d.id, 0.0)
+        out[d.id] = DirectionLoad(d.id, d.link, d.src, d.dst, d.capacity, d.kind, bps, bps, bps / d.capacity)
+    return out

@@ -133,3 +133,26 @@ def test_bench_result_shape():
         assert key in result
     assert result["switches"] == 8 and result["bookings"] == 30
     assert result["admitted"] + result["refused"] == 40
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--clear-at", "0.95"], "--clear-at (0.95) must be below --congested-at (0.9)"),
+    (["--move-budget", "0"], "--move-budget: a whole number of at least 1, got 0"),
+    (["--reroute-below", "1.5"], "--reroute-below: a share in (0, 1], got 1.5"),
+    (["--hold-down", "-3"], "--hold-down: seconds, zero or more, got -3.0"),
+    (["--congested-at", "often"], "argument --congested-at: invalid float value: 'often'")])
+def test_controller_refuses_bad_rerouting_thresholds_naming_the_option(tmp_path, args, message):
+    state = tmp_path / "tsdn.db"
+    done = tsdn("controller", "--topology", "ring8", "--no-openflow", "--no-http", "--state", str(state), *args)
+    assert done.returncode == 2 and message in done.stderr
+    assert not state.exists()  # nothing started, nothing written
+
+
+def test_controller_help_lists_every_rerouting_threshold_with_its_default():
+    shown = tsdn("controller", "--help").stdout
+    for option, default in [("--reroute-below", "0.8"), ("--reroute-reports", "3"), ("--congested-at", "0.9"),
+                            ("--clear-at", "0.7"), ("--unowned-margin", "0.05"), ("--clear-for", "20"),
+                            ("--hold-down", "10"), ("--move-budget", "3"), ("--budget-window", "300")]:
+        assert option in shown
+        after = " ".join(shown.rsplit(option, 1)[1].split())  # its help entry, past the usage line
+        assert after.split("(default ", 1)[1].startswith(f"{default})"), option

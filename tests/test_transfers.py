@@ -43,6 +43,7 @@ from sdn_app.core.transfers import (
     TransferState,
 )
 from tests.flowtable import FlowTables, delivered
+from tests.switched import measured_loads
 from topologies import builtin_topology
 
 G = 10**9
@@ -430,9 +431,15 @@ def test_other_reservations_events_are_ignored(env):
 # -- rates and the advisor ----------------------------------------------------------------
 
 
-def sender_reports(env, transfer, bps: float, times: int) -> None:
+S2_S3 = "s2:1->s3:2"  # on the path of SRC -> DST
+
+
+def sender_reports(env, transfer, bps: float, times: int, measured: dict[str, float] | None = None) -> None:
+    """`times` seconds of sender reports, each after a round of measured link loads (when given)."""
     for _ in range(times):
         env.clock.advance(1)
+        if measured is not None:
+            env.book.observe_loads(measured_loads(env.book.topology, measured))
         assert env.desk.report(AGENT, SRC, transfer.name, JobRole.SEND, rate(bps)) == (False, "")
         settle(env)
 
@@ -443,9 +450,9 @@ def test_an_underperforming_transfer_moves_and_its_watchers_are_told(switched):
     confirm(env)
     env.desk.receiver_ready(AGENT, DST, transfer.name, 5201)
     env.desk.take_events()
-    sender_reports(env, transfer, 7 * G, times=2)  # below 80 %, but only twice
+    sender_reports(env, transfer, 7 * G, times=2, measured={S2_S3: 99 * G})  # below 80 %, but only twice
     assert reservation(env, transfer).state is State.ACTIVE
-    sender_reports(env, transfer, 7 * G, times=1)
+    sender_reports(env, transfer, 7 * G, times=1, measured={S2_S3: 99 * G})
     moving = reservation(env, transfer)
     assert moving.state is State.MOVING and "achieved 7G of 10G booked for 3 reports" in moving.reason
     path_events = [e for e in env.desk.take_events() if isinstance(e, TransferEvent) and e.reason != "rate"]
@@ -461,7 +468,7 @@ def test_an_underperforming_transfer_moves_and_its_watchers_are_told(switched):
 
 def test_ledger_only_moves_are_told_too(env):
     transfer = running(env, env.desk.start(RUCIO, spec()))
-    sender_reports(env, transfer, 1 * G, times=3)
+    sender_reports(env, transfer, 1 * G, times=3, measured={S2_S3: 99 * G})
     path_events = [e for e in env.desk.take_events() if isinstance(e, TransferEvent) and e.reason != "rate"]
     assert len(path_events) == 1 and path_events[0].reason.startswith("path ACTIVE: congested: achieved 1G")
     assert env.desk.path(env.desk.get(RUCIO, transfer.name))[1] == "s8"
@@ -471,7 +478,7 @@ def test_ledger_only_moves_are_told_too(env):
 def test_the_senders_rate_is_scaled_back_before_the_advisor(tmp_path, reported, moves):
     env = make(tmp_path, scale=0.001)
     transfer = running(env, env.desk.start(RUCIO, spec(bandwidth=20 * G)))
-    sender_reports(env, transfer, reported, times=4)
+    sender_reports(env, transfer, reported, times=4, measured={S2_S3: 99 * G})
     now = reservation(env, transfer)
     assert now.state is State.ACTIVE
     assert (now.route.primary.switches[1] == "s8") is moves
@@ -709,7 +716,7 @@ def test_a_running_transfer_is_picked_up_by_a_restart_and_ends_there(env):
     assert receive.role is JobRole.RECEIVE
 
     # The sender's reports reach the new controller: watchers see them, the advisor moves the path.
-    sender_reports(new, transfer, 1 * G, times=3)
+    sender_reports(new, transfer, 1 * G, times=3, measured={S2_S3: 99 * G})
     events = [e for e in new.desk.take_events() if isinstance(e, TransferEvent)]
     assert [e.reason for e in events][:3] == ["rate"] * 3
     assert any(e.reason.startswith("path ACTIVE: congested: achieved 1G") for e in events)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import re
 import signal
 import sys
 import threading
 from pathlib import Path
 
 from northbound.auth import MAX_TOKENS, MAX_TOKENS_FILE_BYTES
+from sdn_app.core.congestion import ReroutePolicy
 from sdn_app.core.topology_schema import MAX_DTNS, MAX_LINKS, MAX_SWITCHES, MAX_TOPOLOGY_BYTES
 
 DEFAULT_HTTP = "127.0.0.1:8080"  # the live map; busy (another controller on this host): a warning
+DEFAULT_POLICY = ReroutePolicy()
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -64,8 +67,34 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-streams-per-principal", type=int, default=500, metavar="N",
                         help="server streams one principal (one token) may hold open at once; one more gets "
                              "RESOURCE_EXHAUSTED (default 500)")
+    reroute = parser.add_argument_group(
+        "rerouting on measured congestion",
+        "a transfer under its booking moves only when a link of its path (either way) measures congested by "
+        "traffic the controller does not own, onto a path with measured headroom; never for a shortfall at its "
+        "hosts (docs/operations.md, Rerouting)")
+    for option, name, kind, text in _REROUTE_OPTIONS:
+        default = getattr(DEFAULT_POLICY, name)
+        reroute.add_argument(option, dest=f"reroute_{name}", type=kind, default=default, metavar="X",
+                             help=f"{text} (default {default:g})")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.set_defaults(run=run_controller)
+
+
+_REROUTE_OPTIONS = (
+    ("--reroute-below", "threshold", float, "a transfer underperforms below this share of its booking ..."),
+    ("--reroute-reports", "consecutive", int, "... for this many rate reports in a row (one a second)"),
+    ("--congested-at", "congested_at", float, "a link direction is congested from this share of its capacity ..."),
+    ("--clear-at", "clear_at", float, "... until it measures below this share (hysteresis)"),
+    ("--unowned-margin", "unowned_margin", float,
+     "and only with this share of its capacity beyond the controller's own traffic (another tenant's)"),
+    ("--clear-for", "clear_for", float,
+     "seconds a link left for congestion must measure clear before a reservation moves back onto it"),
+    ("--hold-down", "hold_down", float, "seconds after a move before the reservation may move again for congestion"),
+    ("--move-budget", "move_budget", int,
+     "moves for congestion (or to make room) per reservation within --budget-window; moves off failed links "
+     "are not counted"),
+    ("--budget-window", "budget_window", float, "seconds of the move budget"),
+)
 
 
 def run_controller(args: argparse.Namespace) -> int:
@@ -88,7 +117,9 @@ def run_controller(args: argparse.Namespace) -> int:
                                              allow_plaintext_tokens=args.allow_plaintext_tokens,
                                              keep_ended=parse_keep_ended(args.keep_ended),
                                              max_streams=args.max_streams,
-                                             max_streams_per_principal=args.max_streams_per_principal, **optional))
+                                             max_streams_per_principal=args.max_streams_per_principal,
+                                             reroute=reroute_policy(args),
+                                             **optional))
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -102,6 +133,19 @@ def run_controller(args: argparse.Namespace) -> int:
     logging.getLogger(__name__).info("stopping")
     controller.stop()
     return 0
+
+
+def reroute_policy(args: argparse.Namespace) -> ReroutePolicy:
+    """The rerouting thresholds given on the command line, checked; errors name the options."""
+    from sdn_app.core.errors import InvalidArgument
+
+    try:
+        return ReroutePolicy(**{name: getattr(args, f"reroute_{name}") for _, name, _, _ in _REROUTE_OPTIONS})
+    except InvalidArgument as error:
+        message = str(error)
+        for option, name, _, _ in _REROUTE_OPTIONS:
+            message = re.sub(rf"\b{name}\b", option, message)
+        raise InvalidArgument(message) from None
 
 
 def parse_keep_ended(text: str) -> float:

@@ -1,19 +1,41 @@
-"""Rate-driven rerouting: is a transfer getting what it booked, and if not, what to do.
+"""Rate-driven rerouting: is a transfer getting what it booked, why not, and may it move now.
 
-The DTN agents report each transfer's achieved rate once per second. `RateAdvisor` keeps, per
-reservation, how many reports in a row fell below `threshold` x the booked rate; at
-`consecutive` of them it advises acting (the book moves the reservation to an alternate path
-with room, make-before-break, or marks it congested when none has). After a move it averages
-the next `consecutive` reports and says what the move achieved, so every decision can be told
-with its rate before and after. Pure: the book feeds it, no clock of its own.
+The DTN agents report each transfer's achieved rate once per second (with its retransmits,
+RTT and sender CPU when the engine knows them). `RateAdvisor` keeps, per reservation:
+
+- how many reports in a row fell below `threshold` x the booked rate; from `consecutive` of them
+  on, it says so at each report (`Underperforming`), and the book attributes the shortfall (`attribute`): a
+  congested link direction on the path, either way (TCP's acks use the reverse), or the hosts;
+- after a move, the mean of the next `consecutive` reports (`AfterMove`), so every decision is
+  told with its rate before and after;
+- the stability rules of `ReroutePolicy`: a hold-down after each move, a budget of moves per
+  window (moves off failed links are not counted), and the links it left for congestion,
+  which it may not go back onto until they have measured clear for `clear_for` seconds;
+- the last verdict announced, so a reservation that stays host-limited is told once, not
+  every three seconds.
+
+Pure: the book feeds it with the time; no clock of its own.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
-DEFAULT_THRESHOLD = 0.8
-DEFAULT_CONSECUTIVE = 3
+from sdn_app.core.congestion import Condition, LinkWatch, ReroutePolicy
+from sdn_app.core.topology import LinkDirection
+from sdn_app.core.units import format_bandwidth
+
+RECENT = 5.0  # seconds a reported rate stands for what a reservation sends
+
+
+@dataclass(frozen=True)
+class Health:
+    """What one rate report says about a transfer besides its rate (None: the engine does not say)."""
+
+    retransmits: int | None = None  # in the report's interval
+    rtt_ms: float | None = None
+    cpu_percent: float | None = None  # of one core, at the sender
 
 
 @dataclass(frozen=True)
@@ -23,6 +45,7 @@ class Underperforming:
     reservation_id: str
     achieved_bps: float
     booked_bps: int
+    health: Health = Health()
 
 
 @dataclass(frozen=True)
@@ -35,49 +58,165 @@ class AfterMove:
     booked_bps: int
 
 
+@dataclass(frozen=True)
+class Attribution:
+    """Why a reservation gets less than it booked: `network` (congested directions on its path,
+    forward or reverse), `hosts` (every direction measured and clear), or `unmeasured`."""
+
+    cause: str
+    congested: tuple[Condition, ...]
+    evidence: str
+
+
 @dataclass
 class _Track:
     low: list[float] = field(default_factory=list)  # the current run of reports below the threshold
     before_move: float | None = None  # set after a move, until the rate after it is known
     after: list[float] = field(default_factory=list)
+    last_rate: float | None = None
+    last_rate_time: float = 0.0
+    health: Health = Health()
+
+
+@dataclass
+class _History:
+    moves: deque[float] = field(default_factory=deque)  # times of counted moves, within the budget window
+    last_move: float | None = None
+    left: dict[str, float] = field(default_factory=dict)  # link left for congestion -> when
+    announced: str = ""  # the kind of the last not-moved verdict told
 
 
 class RateAdvisor:
-    """Per-reservation history of achieved rates against bookings."""
+    """Per-reservation rates against bookings, and the stability history of its moves."""
 
-    def __init__(self, threshold: float = DEFAULT_THRESHOLD, consecutive: int = DEFAULT_CONSECUTIVE):
-        if not 0 < threshold <= 1:
-            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-        if consecutive < 1:
-            raise ValueError(f"consecutive must be at least 1, got {consecutive}")
-        self.threshold = threshold
-        self.consecutive = consecutive
+    def __init__(self, policy: ReroutePolicy | None = None):
+        self.policy = policy or ReroutePolicy()
         self._tracks: dict[str, _Track] = {}
+        self._history: dict[str, _History] = {}
 
-    def observe(self, reservation_id: str, booked_bps: int, achieved_bps: float) -> Underperforming | AfterMove | None:
+    @property
+    def threshold(self) -> float:
+        return self.policy.threshold
+
+    @property
+    def consecutive(self) -> int:
+        return self.policy.consecutive
+
+    def observe(self, reservation_id: str, booked_bps: int, achieved_bps: float, now: float,
+                health: Health | None = None) -> Underperforming | AfterMove | None:
         """Take one report; what it calls for, if anything."""
         track = self._tracks.setdefault(reservation_id, _Track())
+        track.last_rate, track.last_rate_time, track.health = achieved_bps, now, health or Health()
         if track.before_move is not None:
             track.after.append(achieved_bps)
             if len(track.after) < self.consecutive:
                 return None
             after = AfterMove(reservation_id, track.before_move, sum(track.after) / len(track.after), booked_bps)
-            self._tracks[reservation_id] = _Track()
+            track.before_move, track.after = None, []
             return after
         if achieved_bps >= self.threshold * booked_bps:
             track.low.clear()
+            self._history.get(reservation_id, _History()).announced = ""
             return None
         track.low.append(achieved_bps)
         if len(track.low) < self.consecutive:
             return None
-        advice = Underperforming(reservation_id, sum(track.low) / len(track.low), booked_bps)
-        track.low.clear()
-        return advice
+        # Every further low report is judged again: the measurements may have caught up (a link
+        # whose congestion the switches' counters show a poll later), or a hold-down ended.
+        del track.low[:-self.consecutive]
+        return Underperforming(reservation_id, sum(track.low) / len(track.low), booked_bps, track.health)
 
-    def moved(self, reservation_id: str, before_bps: float) -> None:
-        """The reservation was moved because of `before_bps`: average the next reports."""
+    def recent_rate(self, reservation_id: str, now: float) -> float | None:
+        """The rate last reported for the reservation, if within the last few seconds."""
+        track = self._tracks.get(reservation_id)
+        if track is None or track.last_rate is None or now - track.last_rate_time > RECENT:
+            return None
+        return track.last_rate
+
+    def moved(self, reservation_id: str, now: float, before_bps: float | None = None,
+              left_links: frozenset[str] = frozenset(), counted: bool = True) -> None:
+        """The reservation moved: at `before_bps` (its rate after is then averaged), off
+        `left_links` for congestion; `counted` against hold-down and budget unless it fled a failure."""
         self._tracks[reservation_id] = _Track(before_move=before_bps)
+        history = self._history.setdefault(reservation_id, _History())
+        history.announced = ""
+        for link in left_links:
+            history.left[link] = now
+        if counted:
+            history.moves.append(now)
+            history.last_move = now
+
+    def path_changed(self, reservation_id: str) -> None:
+        """Its path changed (a failure, a change asked for): rates so far say nothing about the new one."""
+        track = self._tracks.get(reservation_id)
+        if track is not None:
+            track.low.clear()
+
+    def may_move(self, reservation_id: str, now: float) -> str:
+        """Why the reservation may not move for congestion now ("" when it may)."""
+        history = self._history.get(reservation_id)
+        if history is None:
+            return ""
+        p = self.policy
+        while history.moves and now - history.moves[0] >= p.budget_window:
+            history.moves.popleft()
+        if history.last_move is not None and now - history.last_move < p.hold_down:
+            return (f"held down: moved {now - history.last_move:.0f} s ago, "
+                    f"not again within {p.hold_down:g} s of a move")
+        if len(history.moves) >= p.move_budget:
+            return (f"move budget spent: {len(history.moves)} moves within {p.budget_window:g} s "
+                    f"(at most {p.move_budget})")
+        return ""
+
+    def barred_links(self, reservation_id: str, watch: LinkWatch, now: float) -> frozenset[str]:
+        """Links the reservation left for congestion that have not measured clear for `clear_for` s."""
+        history = self._history.get(reservation_id)
+        if history is None:
+            return frozenset()
+        for link in [link for link in history.left if watch.clear_for(link, now) >= self.policy.clear_for]:
+            del history.left[link]
+        return frozenset(history.left)
+
+    def announce(self, reservation_id: str, verdict: str) -> bool:
+        """Whether a not-moved verdict of this kind is news (it is told once while it lasts)."""
+        history = self._history.setdefault(reservation_id, _History())
+        if history.announced == verdict:
+            return False
+        history.announced = verdict
+        return True
 
     def forget(self, reservation_id: str) -> None:
-        """Drop a reservation's history (it ended, or its path changed for another reason)."""
+        """Drop everything about a reservation (it ended)."""
         self._tracks.pop(reservation_id, None)
+        self._history.pop(reservation_id, None)
+
+
+def attribute(forward: list[LinkDirection], reverse: list[LinkDirection], watch: LinkWatch,
+              advice: Underperforming) -> Attribution:
+    """Decide from measurements whether a congested link or the hosts hold a transfer back."""
+    shortfall = (f"achieved {format_bandwidth(int(advice.achieved_bps))} of {format_bandwidth(advice.booked_bps)} "
+                 f"booked for {watch.policy.consecutive} reports")
+    congested = tuple(c for c in (watch.condition(d.id) for d in [*forward, *reverse]) if c is not None and c.congested)
+    transport = _transport(advice.health)
+    if congested:
+        return Attribution("network", congested,
+                           f"{shortfall}; congested: {'; '.join(c.describe() for c in congested)}{transport}")
+    unmeasured = [d.id for d in [*forward, *reverse] if watch.condition(d.id) is None]
+    if unmeasured:
+        shown = ", ".join(unmeasured[:3]) + (f" and {len(unmeasured) - 3} more" if len(unmeasured) > 3 else "")
+        return Attribution("unmeasured", (), f"{shortfall}; not moved: no load measured on {shown}")
+    loaded = max((watch.condition(d.id) for d in [*forward, *reverse]), key=lambda c: c.fraction)  # type: ignore
+    assert loaded is not None
+    return Attribution("hosts", (), f"{shortfall}; limited by the hosts: path links at most "
+                                    f"{loaded.fraction:.0%} loaded ({loaded.direction}){transport}")
+
+
+def _transport(health: Health) -> str:
+    parts = []
+    if health.retransmits is not None:
+        parts.append("no retransmits" if health.retransmits == 0 else f"{health.retransmits} retransmits")
+    if health.rtt_ms is not None:
+        parts.append(f"RTT {health.rtt_ms:.1f} ms")
+    if health.cpu_percent is not None:
+        parts.append(f"sender CPU {health.cpu_percent:.0f}% of a core")
+    return f"; {', '.join(parts)}" if parts else ""

@@ -49,8 +49,9 @@ from types import MappingProxyType
 from typing import Any
 
 from sdn_app.core import validation
-from sdn_app.core.advisor import AfterMove, RateAdvisor, Underperforming
+from sdn_app.core.advisor import AfterMove, Attribution, Health, RateAdvisor, Underperforming, attribute
 from sdn_app.core.clock import Clock
+from sdn_app.core.congestion import Condition, LinkWatch, path_directions
 from sdn_app.core.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -62,8 +63,10 @@ from sdn_app.core.errors import (
 from sdn_app.core.ledger import AlsoWrite, Ledger, Overbooking
 from sdn_app.core.paths import Path, PathFinder, PathRequest, Route
 from sdn_app.core.plans import FlowPlan, IdAllocator, Step, SwitchPlan, plan_for, plan_steps
+from sdn_app.core.relief import Headroom, Mover, Rearrangement, plan_rearrangement
 from sdn_app.core.topology import Topology
 from sdn_app.core.units import format_bandwidth, format_time, format_window
+from sdn_app.core.utilization import DirectionLoad
 
 LEDGER_ONLY = "booked in the ledger only: no OpenFlow switches are controlled"
 CONFIRMED = "every hop confirmed by barrier replies"
@@ -230,6 +233,10 @@ class ReservationBook:
         self.provisioning = provisioning
         self.finder = PathFinder(topology, ledger)
         self.advisor = advisor or RateAdvisor()
+        self.watch = LinkWatch(topology, self.advisor.policy)  # congestion measured on every link direction
+        # A rearrangement under way: the reservation whose move must be confirmed first ->
+        # (the reservation it relieves, the moves left in order, the evidence that called for it).
+        self._rearranging: dict[str, tuple[str, list[tuple[str, Route]], str]] = {}
         self.host_limits: Callable[[str], HostLimit | None] | None = None  # what a DTN's host can carry
         # Rows of another table that go with a reservation's row (a transfer's), written in the same
         # transaction each time the book writes that reservation: None when nothing goes with it.
@@ -462,8 +469,14 @@ class ReservationBook:
         elif error is None:
             self._commit(old, CONFIRMED if old.state is State.PROVISIONING
                          else f"moved to {old.route.primary.describe()}: {CONFIRMED}", State.ACTIVE)
+            waiting = self._rearranging.pop(reservation_id, None)
+            if waiting is not None:
+                self._continue_rearrangement(*waiting)
         elif old.state is State.MOVING:
             self._commit(old, f"moving failed: {error}", State.DEGRADED)
+            waiting = self._rearranging.pop(reservation_id, None)
+            if waiting is not None and waiting[0] in self._live:
+                self._commit(self._live[waiting[0]], f"rearrangement stopped: moving {old.name} failed: {error}")
         else:
             new = replace(old, state=State.FAILED, updated=self.clock.now(), reason=f"provisioning failed: {error}")
             self.ledger.release(old.id, also=lambda db: self._update_row(db, new))
@@ -473,13 +486,17 @@ class ReservationBook:
 
     # -- rates ---------------------------------------------------------------------------
 
-    def report_rate(self, principal: Principal, name: str, achieved_bps: float) -> Reservation:
+    def report_rate(self, principal: Principal, name: str, achieved_bps: float,
+                    health: Health | None = None) -> Reservation:
         """One per-second report of the rate a transfer on reservation `name` achieves.
 
-        After `advisor.consecutive` reports in a row below `advisor.threshold` x the booking,
-        the reservation moves (make-before-break) to the best path avoiding its current links
-        that has room, or, when none has, is marked congested; the rate after a move is
-        reported once known. Each decision is an event whose reason gives the rates.
+        After `consecutive` reports in a row below `threshold` x the booking, the shortfall is
+        attributed from measurements (`advisor.attribute`). A congested link direction on the path
+        (either way) moves the reservation, make-before-break, to the best path avoiding the
+        congested links that has measured headroom for its booking, or rearranges others to make
+        room, within the stability rules; a shortfall at the hosts never moves it. Each decision,
+        moved or not, is an event whose reason gives the evidence; a verdict that stays the same
+        is told once.
         """
         if principal.role not in (Role.AGENT, Role.ADMIN, Role.SERVICE):
             raise PermissionDenied(f"principal {principal.name!r} (role {principal.role}) may not report rates")
@@ -492,7 +509,7 @@ class ReservationBook:
         if reservation.state is not State.ACTIVE:
             return reservation  # installing, moving or degraded: its rate says nothing about the path
         booked = reservation.request.bandwidth
-        advice = self.advisor.observe(reservation.id, booked, achieved_bps)
+        advice = self.advisor.observe(reservation.id, booked, achieved_bps, self.clock.now(), health)
         if isinstance(advice, Underperforming):
             return self._relieve(reservation, advice)
         if isinstance(advice, AfterMove):
@@ -501,19 +518,125 @@ class ReservationBook:
                                            f"booked {format_bandwidth(booked)})")
         return reservation
 
+    def observe_loads(self, loads: Mapping[str, DirectionLoad]) -> list[Condition]:
+        """One round of measured link loads (the switches' port counters, every tenant's traffic):
+        return the link directions that became congested or clear."""
+        now = self.clock.now()
+        owned: dict[str, float] = {}
+        for r in self._live.values():
+            if r.route is None or r.state not in (State.ACTIVE, State.MOVING, State.DEGRADED):
+                continue
+            rate = self.advisor.recent_rate(r.id, now)
+            sends = float(r.request.bandwidth) if rate is None else rate
+            for d in r.route.primary.direction_ids:
+                owned[d] = owned.get(d, 0.0) + sends
+        return self.watch.observe(loads, owned, now)
+
     def _relieve(self, old: Reservation, advice: Underperforming) -> Reservation:
-        """Move an underperforming reservation off its links, or say it is congested."""
+        """Act on an underperforming reservation: move it, rearrange, or say why not."""
         assert old.route is not None
-        rates = (f"achieved {format_bandwidth(int(advice.achieved_bps))} of {format_bandwidth(advice.booked_bps)} "
-                 f"booked for {self.advisor.consecutive} reports")
-        avoiding = replace(old.request, exclude=(*old.request.exclude, *old.route.primary.links))
+        now = self.clock.now()
+        forward, reverse = path_directions(self.topology, old.route.primary.direction_ids)
+        why = attribute(forward, reverse, self.watch, advice)
+        if why.cause != "network":
+            return self._verdict(old, why.cause, why.evidence)
+        held = self.advisor.may_move(old.id, now)
+        if held:
+            return self._verdict(old, "held", f"{why.evidence}; not moved: {held}")
+        congested_links = frozenset(c.link for c in why.congested)
+        if congested_links & {d.link for d in forward if d.is_access} | \
+                congested_links & {d.link for d in reverse if d.is_access}:
+            return self._verdict(old, "access", f"{why.evidence}; not moved: the congestion is on a DTN's "
+                                                f"access link, which no other path avoids")
+        barred = self.watch.congested_links() | self.advisor.barred_links(old.id, self.watch, now)
+        avoiding = replace(old.request, exclude=(*old.request.exclude, *sorted(barred)))
+        own = {d: advice.achieved_bps for d in old.route.primary.direction_ids}
+        finder = PathFinder(self.topology, Headroom(self.topology, self.ledger, self.watch,
+                                                    measured={d: -v for d, v in own.items()}))
+        finder.down_links = self.finder.down_links
         try:
-            route = self.finder.route(avoiding, ignore=old.id)
+            route = finder.route(avoiding, ignore=old.id)
         except (NoCapacity, FailedPrecondition, InvalidArgument) as refusal:
-            return self._commit(old, f"congested: {rates}; no alternate path has room: {refusal}")
-        moved = self._move(old, route, f"congested: {rates}; moving to {route.primary.describe()}")
-        self.advisor.moved(old.id, advice.achieved_bps)
+            return self._rearrange(old, advice, why, barred, str(refusal))
+        moved = self._move(old, route, f"congested: {why.evidence}; moving to {route.primary.describe()}, "
+                                       f"which has measured headroom for {format_bandwidth(advice.booked_bps)}")
+        self.advisor.moved(old.id, now, advice.achieved_bps, congested_links)
         return moved
+
+    def _verdict(self, old: Reservation, kind: str, reason: str) -> Reservation:
+        """A reservation not moved: told (an event) once while the same kind of verdict lasts."""
+        if not self.advisor.announce(old.id, kind):
+            return old
+        return self._commit(old, reason)
+
+    def _mover(self, r: Reservation, now: float) -> Mover:
+        assert r.route is not None
+        barred = self.watch.congested_links() | self.advisor.barred_links(r.id, self.watch, now)
+        return Mover(r.id, r.request, r.route, self.advisor.recent_rate(r.id, now) or 0.0, frozenset(barred))
+
+    def _rearrange(self, old: Reservation, advice: Underperforming, why: Attribution, barred: frozenset[str],
+                   refusal: str) -> Reservation:
+        """No path has headroom: make room by moving others first (SWAN order), or say why not."""
+        now = self.clock.now()
+        plan: Rearrangement | None = None
+        if old.route is not None and old.route.backup is None and old.id not in self._rearranging_ids():
+            busy = self._rearranging_ids()
+            movers = [self._mover(r, now) for r in self._live.values()
+                      if r.id != old.id and r.state is State.ACTIVE and r.route is not None
+                      and r.route.backup is None and r.id not in busy and not self.advisor.may_move(r.id, now)]
+            crossing: dict[str, list[Mover]] = {}
+            for m in movers:
+                for d in m.route.primary.direction_ids:
+                    crossing.setdefault(d, []).append(m)
+            relieved = replace(self._mover(old, now), rate_bps=advice.achieved_bps, barred=barred)
+            plan = plan_rearrangement(self.topology, self.ledger, self.watch, self.finder.down_links, relieved,
+                                      movers, lambda d: crossing.get(d, []))
+        if plan is None:
+            return self._verdict(old, "no-room", f"congested: {why.evidence}; not moved: no path avoiding "
+                                                 f"{', '.join(sorted(barred))} has measured headroom, and moving "
+                                                 f"others would not make room: {refusal}")
+        steps = ", then ".join(f"{self._reservations[rid].name} to {route.primary.describe()}"
+                               for rid, route in plan.displaced)
+        target = plan.relieved[1].primary.describe()
+        now_old = self._commit(old, f"congested: {why.evidence}; rearranging to make room: moving {steps}, "
+                                    f"then this one to {target}")
+        self.advisor.moved(old.id, now, advice.achieved_bps, frozenset(c.link for c in why.congested))
+        self._continue_rearrangement(old.id, list(plan.moves), why.evidence)
+        return self._reservations.get(now_old.id, now_old)
+
+    def _rearranging_ids(self) -> set[str]:
+        ids = set(self._rearranging)
+        for relieved, moves, _ in self._rearranging.values():
+            ids.add(relieved)
+            ids.update(rid for rid, _ in moves)
+        return ids
+
+    def _continue_rearrangement(self, relieved_id: str, moves: list[tuple[str, Route]], evidence: str) -> None:
+        """Make the next moves of a rearrangement; with switches, each waits for the one before
+        it to be confirmed, so no direction ever carries more than it can."""
+        while moves:
+            rid, route = moves.pop(0)
+            current = self._live.get(rid)
+            relieved = self._live.get(relieved_id)
+            if current is None or relieved is None or current.route is None or current.state is not State.ACTIVE:
+                if relieved is not None:
+                    self._commit(relieved, f"rearrangement stopped: {self._reservations.get(rid, relieved).name} "
+                                           f"is no longer active")
+                return
+            if rid == relieved_id:
+                reason = f"congested: {evidence}; moving to {route.primary.describe()} (rearrangement made room)"
+            else:
+                reason = f"rearrangement for {relieved.name}: moving to {route.primary.describe()} to make room"
+            try:
+                self._move(current, route, reason)
+            except NoCapacity as refusal:
+                self._commit(relieved, f"rearrangement stopped: {refusal}")
+                return
+            if rid != relieved_id:
+                self.advisor.moved(rid, self.clock.now())
+            if self.provisioning and rid in self._plans and moves:
+                self._rearranging[rid] = (relieved_id, moves, evidence)
+                return
 
     def _commit(self, old: Reservation, reason: str, state: State | None = None) -> Reservation:
         """Give `old` a new reason (and `state`, when given): stored, remembered, one event."""
@@ -583,7 +706,7 @@ class ReservationBook:
         request = request or old.request
         now = self.clock.now()
         installed = old.id in self._plans
-        self.advisor.forget(old.id)  # its rates so far were on the old path
+        self.advisor.path_changed(old.id)  # its rates so far were on the old path
         state = State.MOVING if installed else old.state
         new = replace(old, request=request, route=route, state=state, updated=now, reason=reason)
         self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end, directions=route.direction_ids,
@@ -641,6 +764,7 @@ class ReservationBook:
             self._plan_ids.release(reservation_id)
         self._tokens.pop(reservation_id, None)
         self._awaiting_reconcile.pop(reservation_id, None)
+        self._rearranging.pop(reservation_id, None)
         self.advisor.forget(reservation_id)
 
     def _queue(self, reservation_id: str, steps: list[Step], confirm: bool) -> None:

@@ -52,6 +52,7 @@ from dtn_agent.engines import ENGINES
 from dtn_agent.reports import Pinning, RateReport, StreamRate
 from sdn_app.core import transfer_store as store
 from sdn_app.core import validation
+from sdn_app.core.advisor import Health
 from sdn_app.core.agents import Agent, AgentRegistry, AgentState
 from sdn_app.core.clock import Clock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
@@ -384,7 +385,8 @@ class TransferDesk:
         self._events.append(TransferEvent(transfer.state, transfer.state, "rate", transfer, now, self.path(transfer)))
         # The book ignores rates while the path is being installed or moved.
         nominal = report.bits_per_second / self.emulation_scale
-        self.book.report_rate(transfer.acting_owner, transfer.reservation, nominal)
+        self.book.report_rate(transfer.acting_owner, transfer.reservation, nominal,
+                              Health(report.retransmits, report.rtt_ms, report.cpu_percent))
         return False, ""
 
     def finished(self, principal: Principal, dtn: str, name: str, role: JobRole, ok: bool, error: str,
