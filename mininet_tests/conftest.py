@@ -103,7 +103,7 @@ def clean_mininet() -> Iterator[None]:
 
 @pytest.fixture
 def network(clean_mininet) -> Iterator[Callable[..., object]]:
-    """Factory: `network("ring8", scale=..., controller=None)` starts a `RunningNetwork`.
+    """Factory: `network("ring8", scale=..., controller=None, cross_traffic=())` starts a `RunningNetwork`.
 
     The first argument is a built-in topology name, a file path or a `Topology`. Every
     network started is stopped after the test, then `mn -c` runs, even on failure.
@@ -112,8 +112,10 @@ def network(clean_mininet) -> Iterator[Callable[..., object]]:
 
     with contextlib.ExitStack() as stack:
 
-        def start(topology, scale: float | None = None, controller: tuple[str, int] | None = None):
-            return stack.enter_context(start_network(topology, scale=scale, controller=controller))
+        def start(topology, scale: float | None = None, controller: tuple[str, int] | None = None,
+                  cross_traffic: tuple[str, ...] = ()):
+            return stack.enter_context(start_network(topology, scale=scale, controller=controller,
+                                                     cross_traffic=cross_traffic))
 
         yield start
 

@@ -232,12 +232,13 @@ class TsdnClient:
     def start_transfer(self, src: str, dst: str, bandwidth_bps: int, *, size: int | None = None,
                        files: Sequence[str] = (), destination: str = "", streams: int = 1,
                        engine: str = "builtin", policy: str = "shortest",
-                       request_id: str | None = None) -> transfer_pb.Transfer:
+                       request_id: str | None = None, pace: int | None = None) -> transfer_pb.Transfer:
         """Book a path and start a transfer of `size` bytes (memory-to-memory) or of `files`
-        (absolute paths on `src`) into `destination` (a directory on `dst`)."""
+        (absolute paths on `src`) into `destination` (a directory on `dst`); `pace` (bit/s, below
+        `bandwidth_bps`) holds the sender under its booking, as a slow disk would."""
         request = transfer_pb.StartTransferRequest(
             src_dtn=src, dst_dtn=dst, bandwidth_bps=bandwidth_bps, destination=destination, streams=streams,
-            engine=engine, policy=POLICIES[policy], request_id=request_id or str(uuid.uuid4()))
+            engine=engine, policy=POLICIES[policy], request_id=request_id or str(uuid.uuid4()), pace_bps=pace or 0)
         if size is not None:
             request.size_bytes = size
         if files:

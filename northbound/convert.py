@@ -16,7 +16,7 @@ from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
 from sdn_app.core import validation
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import Path, PathRequest
-from sdn_app.core.reservations import Event, PathChoice, Reservation, ReservationBook, State
+from sdn_app.core.reservations import Event, HistoryEntry, PathChoice, Reservation, ReservationBook, State
 from sdn_app.core.topology import LinkDirection
 from sdn_app.core.units import MAX_BANDWIDTH
 
@@ -149,8 +149,8 @@ def path_out(path: Path) -> pb.Path:
     return message
 
 
-def reservation_out(r: Reservation) -> pb.Reservation:
-    """A proto Reservation."""
+def reservation_out(r: Reservation, history: list[HistoryEntry] | None = None) -> pb.Reservation:
+    """A proto Reservation (with its `history` of changes when given: GetReservation)."""
     q = r.request
     message = pb.Reservation(
         name=r.name, id=r.id, owner=r.owner, source_dtn=q.src, destination_dtn=q.dst, bandwidth_bps=q.bandwidth,
@@ -167,6 +167,9 @@ def reservation_out(r: Reservation) -> pb.Reservation:
         message.path.CopyFrom(path_out(r.route.primary))
         if r.route.backup is not None:
             message.backup_path.CopyFrom(path_out(r.route.backup))
+    for entry in history or ():
+        message.history.append(pb.ReservationHistory(time=timestamp_out(entry.time), state=state_out(entry.state),
+                                                     reason=entry.reason))
     return message
 
 

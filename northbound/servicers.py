@@ -197,7 +197,11 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
     @rpc
     def GetReservation(self, request: pb.GetReservationRequest, context, principal: Principal):
         convert.name_in(request.name)
-        return self.worker.call(lambda: convert.reservation_out(self.book.get(principal, request.name)))
+
+        def get() -> pb.Reservation:
+            reservation = self.book.get(principal, request.name)
+            return convert.reservation_out(reservation, self.book.history(reservation.id))
+        return self.worker.call(get)
 
     @rpc(on_core=False)  # a page of 1000 turned into messages must not hold up the core thread
     def ListReservations(self, request: pb.ListReservationsRequest, context, principal: Principal):

@@ -114,7 +114,8 @@ def spec_in(request: pb.StartTransferRequest) -> TransferSpec:
         src=request.src_dtn, dst=request.dst_dtn, bandwidth=convert.bandwidth_in(request.bandwidth_bps),
         size=request.size_bytes if which == "size_bytes" else None,
         files=files, destination=request.destination,
-        streams=request.streams or 1, engine=request.engine or "builtin", policy=convert.policy_in(request.policy))
+        streams=request.streams or 1, engine=request.engine or "builtin", policy=convert.policy_in(request.policy),
+        pace=convert.bandwidth_in(request.pace_bps, "pace_bps") if request.pace_bps else None)
 
 
 def state_out(state: TransferState | None) -> int:
@@ -135,6 +136,8 @@ def transfer_out(transfer: Transfer, scale: float, path: tuple[str, ...] = ()) -
         path=path)
     if spec.size is not None:
         message.size_bytes = spec.size
+    if spec.pace is not None:
+        message.pace_bps = spec.pace
     if transfer.rate is not None:
         message.rate.CopyFrom(rate_out(transfer.rate))
         message.nominal_bps = transfer.rate.bits_per_second / scale

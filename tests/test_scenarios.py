@@ -65,12 +65,27 @@ def test_a_good_scenario_loads(tmp_path):
     assert loaded.scenario.timeline[3].from_ == "s1"
 
 
-@pytest.mark.parametrize("name", ["smoke", "ring-reroute", "sc16-terabit"])
+@pytest.mark.parametrize("name", ["smoke", "ring-reroute", "sc16-terabit", "host-limited"])
 def test_the_shipped_scenarios_validate_against_their_topologies(name):
     assert name in builtin_scenarios()
     loaded = load_scenario(name)
     assert loaded.scenario.name == name
-    assert loaded.topology.name == {"smoke": "ring8", "ring-reroute": "ring8", "sc16-terabit": "sc16"}[name]
+    assert loaded.topology.name == {"smoke": "ring8", "ring-reroute": "ring8", "sc16-terabit": "sc16",
+                                    "host-limited": "ring8"}[name]
+
+
+@pytest.mark.parametrize("name", ["ring-reroute", "sc16-terabit"])
+def test_the_demos_with_congestion_judge_why_flows_moved(name):
+    expect = load_scenario(name).scenario.expectations
+    assert expect.unexplained_moves_at_most == 0 and expect.never_onto_congested
+    assert (expect.reacted_within.congestion, expect.reacted_within.failure) == (5, 2)
+
+
+def test_the_host_limited_scenario_paces_below_the_booking_and_expects_no_move():
+    scenario = load_scenario("host-limited").scenario
+    [transfer] = [a for a in scenario.timeline if a.action == "transfer"]
+    assert transfer.pace is not None and transfer.pace <= transfer.bandwidth // 2
+    assert scenario.expectations.reroutes_at_most == 0 and scenario.expectations.unexplained_moves_at_most == 0
 
 
 def test_the_smoke_scenario_is_short():
@@ -107,6 +122,10 @@ def test_the_smoke_scenario_is_short():
      "timeline[0].dst: dtn4 runs no agent"),
     (changed(timeline=[{**SMOKE["timeline"][0], "engine": "warp"}, SMOKE["timeline"][-1]]),
      "timeline[0].engine: 'warp' is unknown"),
+    (changed(timeline=[{**SMOKE["timeline"][0], "pace": "20G"}, SMOKE["timeline"][-1]]),
+     "timeline[0].pace: 20G is not below the bandwidth (20G)"),
+    (changed(timeline=[{**SMOKE["timeline"][0], "pace": "fast"}, SMOKE["timeline"][-1]]),
+     "timeline[0].pace: cannot read 'fast' as a bandwidth"),
     (changed(timeline=[SMOKE["timeline"][0], {**SMOKE["timeline"][0], "at": 1}, SMOKE["timeline"][-1]]),
      "timeline[1].name: 'east' is already used by timeline[0]"),
     (changed(timeline=[{"at": 1, "action": "release", "name": "ghost"}]),

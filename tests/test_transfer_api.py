@@ -5,6 +5,8 @@ on the same state file."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import grpc
@@ -88,6 +90,10 @@ def rate(bps: float, final: bool = False) -> apb.RateReport:
      "destination dtn 'nowhere': not a DTN"),
     ((SRC, "caltech-a-dtn3", 10 * G), {"size": 10**9}, grpc.StatusCode.FAILED_PRECONDITION,
      "destination dtn caltech-a-dtn3: no agent has registered"),
+    ((SRC, DST, 10 * G), {"size": 10**9, "pace": 10 * G}, grpc.StatusCode.INVALID_ARGUMENT,
+     "pace_bps: 10G must be above 0 and below the booked bandwidth_bps (10G)"),
+    ((SRC, DST, 10 * G), {"size": 10**9, "pace": 40 * G}, grpc.StatusCode.INVALID_ARGUMENT,
+     "pace_bps: 40G must be above 0 and below the booked bandwidth_bps (10G)"),
 ])
 def test_bad_start_requests_are_refused_naming_the_field_and_book_nothing(agents, client_for, args, kwargs, code,
                                                                           message):
@@ -107,6 +113,52 @@ def test_zero_streams_means_one(agents, client_for):
     assert transfer.streams == 1 and transfer.state == tpb.TRANSFER_STARTING
     [job] = [j for j in _first_jobs(client_for, DST, 1)]
     assert job.streams == 1
+
+
+def test_a_paced_transfer_books_its_bandwidth_and_hands_the_sender_its_pace(agents, client_for):
+    rucio = client_for("rucio")
+    transfer = rucio.start_transfer(SRC, DST, 10 * G, size=10**9, pace=4 * G)
+    assert transfer.pace_bps == 4 * G and transfer.bandwidth_bps == 10 * G
+    assert rucio.get_reservation(transfer.reservation).bandwidth_bps == 10 * G
+    assert not agents.report_transfer(report(transfer.name, DST, apb.RECEIVE, listening_port=5201,
+                                             listening_host="127.0.0.1")).stop
+    send = next(job for job in _first_jobs(client_for, SRC, 1) if job.role == apb.SEND)
+    assert send.pacing_bps == 4 * G  # not 0.95 x the booking
+    assert rucio.get_transfer(transfer.name).pace_bps == 4 * G
+    unpaced = rucio.start_transfer(DST, SRC, 10 * G, size=10**9)
+    assert unpaced.pace_bps == 0
+
+
+def _tsdn_transfer(controller, tmp_path, *args) -> subprocess.Popen:
+    token = tmp_path / "rucio.token"
+    token.write_text(TOKENS["rucio"][1])
+    return subprocess.Popen([sys.executable, "-m", "sdn_app.cli", "transfer", SRC, DST, *args, "--no-progress",
+                             "--controller", controller.address, "--token-file", str(token)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_tsdn_transfer_pace_reaches_the_sender(agents, client_for, controller, tmp_path):
+    rucio = client_for("rucio")
+    command = _tsdn_transfer(controller, tmp_path, "-b", "10G", "--pace", "4G", "--size", "1G")
+    try:
+        transfer = wait_for(lambda: next(iter(rucio.list_transfers()), None), "the command's transfer")
+        assert transfer.pace_bps == 4 * G and transfer.bandwidth_bps == 10 * G
+        rucio.cancel_transfer(transfer.name)
+        out, err = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+    assert "sender paced at 4Gbit/s" in err
+    assert command.returncode == 1 and f"{transfer.name} CANCELLED" in out
+
+
+def test_tsdn_transfer_refuses_a_pace_at_or_above_the_booking_and_books_nothing(agents, client_for, controller,
+                                                                                  tmp_path):
+    command = _tsdn_transfer(controller, tmp_path, "-b", "10G", "--pace", "10G", "--size", "1G")
+    _, err = command.communicate(timeout=60)
+    assert command.returncode == 2, err
+    assert "--pace: 10G must be below --bandwidth (10G)" in err
+    assert_nothing_booked(client_for)
 
 
 def _first_jobs(client_for, dtn: str, count: int) -> list[apb.TransferJob]:

@@ -267,6 +267,36 @@ def test_pacing_and_the_success_reason_are_scaled_by_the_emulation(tmp_path):
     assert done.state is TransferState.SUCCEEDED and done.reason == "done at 9.5G"
 
 
+def test_a_paced_sender_is_held_to_its_pace_not_its_booking(tmp_path):
+    env = make(tmp_path, scale=0.001)
+    transfer = env.desk.start(RUCIO, spec(bandwidth=10 * G, pace=4 * G))
+    assert reservation(env, transfer).request.bandwidth == 10 * G  # the path is booked at the full bandwidth
+    env.desk.take_events()
+    env.desk.receiver_ready(AGENT, DST, transfer.name, 5201)
+    [send] = [e.job for e in env.desk.take_events() if isinstance(e, JobOffer)]
+    assert send.pacing_bps == 4_000_000  # 4G x 0.001, nothing shaved off: the pace is below the booking
+
+
+def test_a_paced_transfer_keeps_its_pace_across_a_restart(env):
+    transfer = running(env, env.desk.start(RUCIO, spec(pace=3 * G)))
+    new = restart(env, agents=(SRC, DST))
+    assert new.desk.get(RUCIO, transfer.name).spec.pace == 3 * G
+    [send] = new.desk.jobs_for(AGENT, SRC)
+    assert send.pacing_bps == 3 * G
+
+
+def test_a_row_stored_before_pacing_existed_loads_unpaced(env):
+    transfer = running(env, env.desk.start(RUCIO, spec()))
+    body = _body(env, transfer.id)
+    del body["spec"]["pace"]
+    with sqlite3.connect(env.path) as db:
+        db.execute("UPDATE transfers SET body=? WHERE id=?", (json.dumps(body), transfer.id))
+    new = restart(env, agents=(SRC, DST))
+    assert new.desk.get(RUCIO, transfer.name).spec.pace is None
+    [send] = new.desk.jobs_for(AGENT, SRC)
+    assert send.pacing_bps == int(10 * G * 0.95)
+
+
 # -- how a transfer fails -----------------------------------------------------------------
 
 
@@ -590,6 +620,9 @@ def test_a_lost_agent_is_refused_and_nothing_is_booked(env):
     ({"streams": 1000}, "streams: must be between 1 and 256, got 1000"),
     ({"engine": "gridftp"}, "engine 'gridftp': unknown"),
     ({"size": None, "files": tuple(f"/f{i}" for i in range(10_001)), "destination": "/in"}, "files: 10001 paths"),
+    ({"pace": 10 * G}, r"pace_bps: 10G must be above 0 and below the booked bandwidth_bps \(10G\)"),
+    ({"pace": 12 * G}, r"pace_bps: 12G must be above 0 and below the booked bandwidth_bps \(10G\)"),
+    ({"pace": 0}, "pace_bps: 0 must be above 0"),
 ])
 def test_bad_specs_are_refused_naming_the_field_and_nothing_is_booked(env, changes, message):
     with pytest.raises(InvalidArgument, match=message):

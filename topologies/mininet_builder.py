@@ -34,6 +34,27 @@ Checksums. With the userspace datapath, TCP stalls unless transmit checksum offl
 on every host interface: the DTN side of each access link is configured with `txo=False`
 and `start_network` runs `ethtool -K <intf> tx off` again after start.
 
+Control frames. Switches at a show send the controller's LLDP from their CPU ahead of data, so
+a link full of other tenants' traffic still carries it. Here every shaped switch-to-switch
+interface gives LLDP (ethertype 0x88cc) an HTB class of its own beside the link's (`LLDP_RATE`,
+about a hundred times what LLDP sends); without it, a link congested by cross traffic drops the
+LLDP frames with the data (seen: tbit-tcp declared down after 3.5 s without LLDP while
+congested on sc16).
+
+Cross traffic. `cross_traffic=[switch, ...]` attaches to each named switch a host that is no
+DTN, for traffic the controller does not own (a show floor's other tenants): `x<i>` on
+switch `s<i>`, wired to port `CROSS_PORT` (65000; a topology declaring that port is refused),
+with an address in `CROSS_NETWORK` (198.18.0.0/15, the range RFC 2544 sets aside for
+benchmarking; a DTN address inside it is refused), a locally administered MAC, transmit
+checksum offload off, and static ARP entries for every other cross host (nothing answers ARP
+for them: the controller's default deny drops whatever no flow claims). Their access links
+are not shaped. They send jumbo frames (`CROSS_MTU`, as show-floor traffic does): their
+interfaces, and both ends of every link between two switches with a cross host, get MTU 9000,
+so the userspace switches forward a sixth of the packets for the same load (at 1500 bytes,
+sc16's 900G of cross traffic alone took most of what the switches forward on 2 cores). DTN
+interfaces keep MTU 1500. Nothing forwards their packets until flows outside tsdn's cookie space say so
+(`sdn_app.demo.cross_traffic`).
+
 As a library (root, Open vSwitch running)::
 
     from topologies.mininet_builder import start_network
@@ -64,7 +85,7 @@ import ipaddress
 import math
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from mininet.link import TCLink
@@ -93,6 +114,18 @@ MAX_INTF_NAME = 15
 """Linux IFNAMSIZ - 1."""
 
 OVS_START_HINT = "/usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor"
+
+CROSS_PORT = 65000
+"""The switch port of a cross-traffic host (no topology port may use it)."""
+
+CROSS_NETWORK = ipaddress.IPv4Network("198.18.0.0/15")
+"""Addresses of the cross-traffic hosts (RFC 2544's benchmarking range; no DTN may use it)."""
+
+CROSS_MTU = 9000
+"""MTU of the cross-traffic hosts and of the links they can load."""
+
+LLDP_RATE = "100kbit"
+"""Rate of the HTB class that carries LLDP on each switch-to-switch interface."""
 
 
 def _load(topology: Topology | str | Path) -> Topology:
@@ -146,7 +179,8 @@ class TsdnTopo(Topo):
     cannot take, or an interface name longer than 15 characters raises `InvalidArgument`.
     """
 
-    def __init__(self, topology: Topology | str | Path, scale: float | None = None, **opts):
+    def __init__(self, topology: Topology | str | Path, scale: float | None = None,
+                 cross_traffic: Iterable[str] = (), **opts):
         self.topology = _load(topology)
         if scale is None:
             scale = default_scale(self.topology)
@@ -167,6 +201,7 @@ class TsdnTopo(Topo):
         self._to_topo = {mn: name for name, mn in self._to_mn.items()}
         self.mbps = self._emulated_rates()
         self._check_ports()
+        self.cross_switches = self._check_cross(cross_traffic)
         super().__init__(**opts)
 
     def _emulated_rates(self) -> dict[str, float]:
@@ -207,8 +242,31 @@ class TsdnTopo(Topo):
                     f"{MAX_INTF_NAME} characters"
                 )
 
+    def _check_cross(self, switches: Iterable[str]) -> tuple[str, ...]:
+        """The switches that get a cross-traffic host, in file order; refuse what would collide."""
+        if isinstance(switches, str):
+            raise InvalidArgument(f"cross_traffic: a list of switch names, got the string {switches!r}")
+        wanted = set(switches)
+        unknown = sorted(wanted - set(self.topology.switches))
+        if unknown:
+            raise InvalidArgument(f"cross_traffic: {', '.join(map(repr, unknown))} not a switch of topology "
+                                  f"{self.topology.name}")
+        if not wanted:
+            return ()
+        for switch in self.topology.spec.switches:
+            if CROSS_PORT in switch.ports:
+                raise InvalidArgument(f"switch {switch.name} declares port {CROSS_PORT}, which the builder keeps for "
+                                      "its cross-traffic host")
+        for dtn in self.topology.spec.dtns:
+            if ipaddress.IPv4Address(dtn.ipv4) in CROSS_NETWORK:
+                raise InvalidArgument(f"DTN {dtn.name}: address {dtn.ipv4} is inside {CROSS_NETWORK}, which the "
+                                      "builder keeps for its cross-traffic hosts")
+            if dtn.mac.lower() in {self.cross_mac(s) for s in wanted}:
+                raise InvalidArgument(f"DTN {dtn.name}: MAC {dtn.mac} is the one of a cross-traffic host")
+        return tuple(s.name for s in self.topology.spec.switches if s.name in wanted)
+
     def build(self, *args, **params) -> None:
-        """Add the file's switches, DTNs, links and access links."""
+        """Add the file's switches, DTNs, links and access links, and the cross-traffic hosts asked for."""
         spec = self.topology.spec
         for switch in spec.switches:
             self.addSwitch(self.mn_name(switch.name), cls=OVSSwitch, dpid=f"{switch.dpid:016x}",
@@ -223,6 +281,28 @@ class TsdnTopo(Topo):
             up, down = self.topology.access(dtn.name)
             self.addLink(self.mn_name(dtn.name), self.mn_name(dtn.switch), port1=0, port2=dtn.port, cls=TCLink,
                          params1={"bw": self.mbps[up.id], "txo": False}, params2={"bw": self.mbps[down.id]})
+        for switch in self.cross_switches:
+            host = self.cross_name(switch)
+            self.addHost(host, ip=f"{self.cross_ip(switch)}/{CROSS_NETWORK.prefixlen}", mac=self.cross_mac(switch))
+            self.addLink(host, self.mn_name(switch), port1=0, port2=CROSS_PORT, cls=TCLink, params1={"txo": False})
+
+    def _index(self, switch: str) -> int:
+        if switch not in self.topology.switches:
+            raise NotFound(f"no switch {switch!r} in topology {self.topology.name}")
+        return int(self.mn_name(switch).removeprefix("s"))
+
+    def cross_name(self, switch: str) -> str:
+        """Return the Mininet name of the cross-traffic host of switch `switch` (`x3` on `s3`)."""
+        return f"x{self._index(switch)}"
+
+    def cross_ip(self, switch: str) -> str:
+        """Return the IPv4 address of the cross-traffic host of switch `switch`."""
+        return str(CROSS_NETWORK.network_address + self._index(switch))
+
+    def cross_mac(self, switch: str) -> str:
+        """Return the MAC address of the cross-traffic host of switch `switch` (locally administered)."""
+        index = self._index(switch)
+        return f"02:c5:00:{index >> 16 & 0xff:02x}:{index >> 8 & 0xff:02x}:{index & 0xff:02x}"
 
     def mn_name(self, name: str) -> str:
         """Return the Mininet node name (`s3`, `h7`) of switch or DTN `name` of the file."""
@@ -280,6 +360,70 @@ class RunningNetwork:
         """Return the interface name of DTN `dtn` inside its host."""
         return self.topo.host_intf(dtn)
 
+    @property
+    def cross_switches(self) -> tuple[str, ...]:
+        """The switches that have a cross-traffic host."""
+        return self.topo.cross_switches
+
+    def cross_host(self, switch: str) -> Host:
+        """Return the cross-traffic host of switch `switch`; NotFound when it has none."""
+        if switch not in self.topo.cross_switches:
+            raise NotFound(f"switch {switch!r} has no cross-traffic host (start_network(..., cross_traffic=[...]) "
+                           f"names {', '.join(self.topo.cross_switches) or 'none'})")
+        return self.mn.get(self.topo.cross_name(switch))
+
+    def cross_ip(self, switch: str) -> str:
+        """Return the address of the cross-traffic host of switch `switch`."""
+        return self.topo.cross_ip(switch)
+
+
+def prioritize_lldp(net: RunningNetwork) -> None:
+    """Give LLDP a class of its own on every switch-to-switch interface (see the module's docstring)."""
+    for link in net.topology.spec.links:
+        for switch, port in ((link.a, link.a_port), (link.b, link.b_port)):
+            intf = net.switch_intf(switch, port)
+            for command in (["tc", "class", "add", "dev", intf, "parent", "5:0", "classid", "5:2", "htb", "rate",
+                             LLDP_RATE, "burst", "15k", "prio", "0"],
+                            ["tc", "filter", "add", "dev", intf, "parent", "5:0", "protocol", "0x88cc", "prio", "1",
+                             "u32", "match", "u32", "0", "0", "classid", "5:2"]):
+                done = subprocess.run(command, capture_output=True, text=True, timeout=10)
+                if done.returncode != 0:
+                    raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip()}")
+
+
+def set_cross_mtu(net: RunningNetwork) -> None:
+    """Jumbo frames for the cross traffic: its hosts, their switch ports, and every link between two
+    switches that have a cross host."""
+    names = []
+    for switch in net.cross_switches:
+        host = net.cross_host(switch)
+        out, err, code = host.pexec("ip", "link", "set", "dev", host.defaultIntf().name, "mtu", str(CROSS_MTU))
+        if code != 0:
+            raise RuntimeError(f"MTU {CROSS_MTU} on {host.name} failed: {(err or out).strip()}")
+        names.append(net.switch_intf(switch, CROSS_PORT))
+    for link in net.topology.spec.links:
+        if link.a in net.cross_switches and link.b in net.cross_switches:
+            names += [net.switch_intf(link.a, link.a_port), net.switch_intf(link.b, link.b_port)]
+    for name in names:
+        done = subprocess.run(["ip", "link", "set", "dev", name, "mtu", str(CROSS_MTU)], capture_output=True,
+                              text=True, timeout=10)
+        if done.returncode != 0:
+            raise RuntimeError(f"MTU {CROSS_MTU} on {name} failed: {done.stderr.strip()}")
+
+
+def set_static_arp(net: RunningNetwork) -> None:
+    """Give every cross-traffic host a permanent neighbour entry for every other one."""
+    for switch in net.cross_switches:
+        host = net.cross_host(switch)
+        intf = host.defaultIntf().name
+        for other in net.cross_switches:
+            if other == switch:
+                continue
+            out, err, code = host.pexec("ip", "neigh", "replace", net.topo.cross_ip(other), "lladdr",
+                                        net.topo.cross_mac(other), "dev", intf, "nud", "permanent")
+            if code != 0:
+                raise RuntimeError(f"static ARP on {host.name} for {other}'s cross host failed: {(err or out).strip()}")
+
 
 def _require_system() -> None:
     if os.geteuid() != 0:
@@ -314,7 +458,8 @@ def _remove_leftovers(topo: TsdnTopo) -> None:
             command += ["--", "--if-exists", "del-br", name]
         subprocess.run(command, capture_output=True, timeout=30, check=False)
     listing = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, timeout=10, check=False)
-    prefixes = tuple(f"{name}-eth" for name in topo.mininet_names().values())
+    prefixes = tuple(f"{name}-eth" for name in [*topo.mininet_names().values(),
+                                                  *(topo.cross_name(s) for s in topo.cross_switches)])
     for line in listing.stdout.splitlines():
         parts = line.split(":", 2)
         if len(parts) < 2:
@@ -326,16 +471,18 @@ def _remove_leftovers(topo: TsdnTopo) -> None:
 
 @contextlib.contextmanager
 def start_network(topology: Topology | str | Path, scale: float | None = None,
-                  controller: tuple[str, int] | None = None) -> Iterator[RunningNetwork]:
+                  controller: tuple[str, int] | None = None,
+                  cross_traffic: Iterable[str] = ()) -> Iterator[RunningNetwork]:
     """Build and start the network of `topology`, yield a `RunningNetwork`, stop it on exit.
 
     `topology` is a `Topology`, a file path or a built-in name; `scale` defaults to
     `default_scale(topology)`; `controller=(ip, port)` points every switch at a remote
     OpenFlow controller, `None` leaves them without one (secure fail mode: empty tables,
-    nothing forwarded). Bad input raises before anything is created; on exit, even after
-    an error, the network is stopped and its bridges and interfaces removed.
+    nothing forwarded); `cross_traffic` names the switches that get a cross-traffic host.
+    Bad input raises before anything is created; on exit, even after an error, the network
+    is stopped and its bridges and interfaces removed.
     """
-    topo = TsdnTopo(topology, scale)
+    topo = TsdnTopo(topology, scale, cross_traffic)
     _require_system()
     net = Mininet(topo=topo, build=False, switch=OVSSwitch, host=Host, link=TCLink, controller=None,
                   autoSetMacs=False, cleanup=False)
@@ -346,7 +493,11 @@ def start_network(topology: Topology | str | Path, scale: float | None = None,
         net.build()
         net.start()
         disable_tx_checksum_offload(net)
-        yield RunningNetwork(net, topo)
+        running = RunningNetwork(net, topo)
+        prioritize_lldp(running)
+        set_cross_mtu(running)
+        set_static_arp(running)
+        yield running
     finally:
         try:
             net.stop()

@@ -53,6 +53,14 @@ def register(commands: argparse._SubParsersAction) -> None:
                           help="fdt.jar to measure FDT with (default: env TSDN_FDT_JAR, else ../shared/tools/fdt.jar "
                                "beside the repository; FDT is left out when there is none)")
     transfer.set_defaults(run=run_transfer)
+    advisor = sub.add_parser("advisor", help="rate-driven rerouting on sc16 (the pure core, a fake clock): precision "
+                                             "and recall of moves against generated episodes' ground truth, flaps, "
+                                             "decision time, against the previous policy")
+    advisor.add_argument("--quick", action="store_true", help="48 episodes; finishes in under 30 s")
+    advisor.add_argument("--episodes", type=_episodes, metavar="N",
+                         help="episodes, the kinds in turn (default 240; 48 with --quick; at least 8)")
+    advisor.add_argument("--seed", type=int, default=16, help="random seed for the episodes")
+    advisor.set_defaults(run=run_advisor)
 
 
 def run_paths(args: argparse.Namespace) -> int:
@@ -96,3 +104,20 @@ def run_transfer(args: argparse.Namespace) -> int:
     from benchmarks.transfer import main
 
     return main(quick=args.quick, fdt_jar=args.fdt_jar)
+
+
+def _episodes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of episodes, got {text!r}") from None
+    if value < 8:
+        raise argparse.ArgumentTypeError(f"at least 8 (one episode of each kind), got {value}")
+    return value
+
+
+def run_advisor(args: argparse.Namespace) -> int:
+    """`tsdn bench advisor [--quick] [--episodes N] [--seed S]`."""
+    from benchmarks.advisor import main
+
+    return main(quick=args.quick, seed=args.seed, episodes=args.episodes)

@@ -161,6 +161,11 @@ def _print_reservation(r, args: argparse.Namespace) -> None:
             print(f"  {label} {_route(path)}  ({path.hop_count} hop{'' if path.hop_count == 1 else 's'})")
     if r.labels:
         print("  labels: " + ", ".join(f"{k}={v}" for k, v in sorted(r.labels.items())))
+    if r.history:
+        print("  history:")
+        for entry in r.history:
+            print(f"    {format_time(_epoch(entry.time))}  {pb.ReservationState.Name(entry.state):<12} "
+                  f"{entry.reason or '-'}")
 
 
 def run_request(args: argparse.Namespace, client) -> int:

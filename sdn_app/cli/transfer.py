@@ -40,6 +40,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     start.add_argument("--streams", "-P", type=int, default=1, metavar="N", help="parallel streams (default 1)")
     start.add_argument("--engine", choices=ENGINES, default="builtin", help="transfer engine (default builtin)")
     start.add_argument("--policy", choices=POLICIES, default="shortest", help="path policy (default shortest)")
+    start.add_argument("--pace", metavar="RATE",
+                       help="hold the sender to this rate, below --bandwidth (e.g. 15G: a disk slower than the "
+                            "booking); the path stays booked at --bandwidth")
     start.add_argument("--no-progress", action="store_true", help="no progress bar: a line per change only")
     _client_options(start, run_transfer)
 
@@ -90,6 +93,10 @@ def run_transfer(args: argparse.Namespace, client) -> int:
 
     bandwidth = parse_bandwidth(args.bandwidth, "--bandwidth")
     size = parse_size(args.size, "--size") if args.size else None
+    pace = parse_bandwidth(args.pace, "--pace") if args.pace else None
+    if pace is not None and pace >= bandwidth:
+        raise InvalidArgument(f"--pace: {format_bandwidth(pace)} must be below --bandwidth "
+                              f"({format_bandwidth(bandwidth)})")
     if args.files and not args.destination:
         raise InvalidArgument("--files needs --destination DIR: the directory on the destination DTN")
     if not 1 <= args.streams <= 256:
@@ -97,10 +104,11 @@ def run_transfer(args: argparse.Namespace, client) -> int:
     started = time.monotonic()
     transfer = client.start_transfer(args.src, args.dst, bandwidth, size=size, files=args.files or (),
                                      destination=args.destination, streams=args.streams, engine=args.engine,
-                                     policy=args.policy)
+                                     policy=args.policy, pace=pace)
     bar = sys.stderr.isatty() and not args.no_progress and not args.json
     print(f"{transfer.name}: {args.src} -> {args.dst}, {format_bandwidth(bandwidth)}bit/s booked on "
-          f"{transfer.reservation}", file=sys.stderr)
+          f"{transfer.reservation}" + (f", sender paced at {format_bandwidth(pace)}bit/s" if pace else ""),
+          file=sys.stderr)
     last = transfer
     try:
         for event in _follow(client, transfer.name):
@@ -197,7 +205,8 @@ def run_show(args: argparse.Namespace, client) -> int:
     if args.json:
         print_json(_as_dict(t))
     else:
-        print(f"{t.name}  {_state(t.state)}  owner {t.owner}  engine {t.engine}, {t.streams} stream(s)")
+        print(f"{t.name}  {_state(t.state)}  owner {t.owner}  engine {t.engine}, {t.streams} stream(s)"
+              + (f", paced at {format_bandwidth(t.pace_bps)}bit/s" if t.pace_bps else ""))
         print(f"  {_progress_line(t)}")
         print(f"  reason: {t.reason}\n  reservation: {t.reservation}")
     return 0

@@ -1,8 +1,9 @@
 """Where a reservation held back by congestion can go: measured headroom, and rearrangements.
 
-A candidate path needs headroom for the booking on every direction: its capacity minus the
-larger of what is booked there and what is measured there (other tenants' traffic included);
-a direction measured congested has none. `Headroom` is that view, usable by `PathFinder` in
+A candidate path needs headroom for the booking on every direction: its capacity minus what is
+booked there and what is measured there beyond the controller's own traffic (other tenants'),
+the controller's own acks (not booked, as in the ledger) counting as its own. A direction
+measured congested has none. `Headroom` is that view, usable by `PathFinder` in
 place of the ledger, with adjustments for moves planned but not made yet.
 
 When no path has headroom, `plan_rearrangement` looks for at most `MAX_DISPLACED` other
@@ -32,41 +33,47 @@ from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import Path, PathFinder, PathRequest, Route, Unbooked
 from sdn_app.core.topology import Topology
 
+NOISE_SHARE = 0.01  # unowned load below this share of a direction's capacity is measurement noise
 MAX_DISPLACED = 2  # reservations moved to make room for one
 CANDIDATE_PATHS = 4  # paths of the relieved reservation tried
 CANDIDATE_MOVERS = 6  # reservations considered for each short direction set
 
 
 class Headroom:
-    """Free bandwidth per direction: capacity minus the larger of booked and measured load,
-    none where congested; `booked`/`measured` add planned changes (positive: more load)."""
+    """Free bandwidth per direction: capacity minus what is booked and what is measured beyond the
+    controller's own traffic (bookings alone on DTN access links), none where congested; `booked`
+    adds planned changes (positive: more booked)."""
 
-    def __init__(self, topology: Topology, ledger: Ledger, watch: LinkWatch,
-                 booked: Mapping[str, float] | None = None, measured: Mapping[str, float] | None = None):
+    def __init__(self, topology: Topology, ledger: Ledger, watch: LinkWatch, booked: Mapping[str, float] | None = None):
         self.topology = topology
         self.ledger = ledger
         self.watch = watch
         self.booked = dict(booked or {})
-        self.measured = dict(measured or {})
 
     def free(self, direction: str, start: float, end: float, ignore: str | None = None) -> int:
-        capacity = self.topology.directions[direction].capacity
+        link_direction = self.topology.directions[direction]
+        capacity = link_direction.capacity
         if self.watch.congested(direction):
             return 0
         booked = capacity - self.ledger.free(direction, start, end, ignore) + self.booked.get(direction, 0.0)
-        measured = self.watch.measured(direction)
-        load = booked if measured is None else max(booked, measured + self.measured.get(direction, 0.0))
-        return max(0, int(capacity - load))
+        if link_direction.is_access:
+            # No path avoids a DTN's own access link, and only its reservations (held to their
+            # bookings by meters) and their acks cross it: bookings decide there.
+            return max(0, int(capacity - booked))
+        condition = self.watch.condition(direction)
+        unowned = 0.0 if condition is None else condition.unowned_bps
+        if unowned < NOISE_SHARE * capacity:
+            unowned = 0.0  # LLDP, ARP, counters sampled a little apart: not another tenant's traffic
+        return max(0, int(capacity - booked - unowned))
 
 
 @dataclass(frozen=True)
 class Mover:
-    """A reservation that may be moved to make room: its id, request, route and what it sends now."""
+    """A reservation that may be moved to make room: its id, request and route."""
 
     id: str
     request: PathRequest
     route: Route
-    rate_bps: float  # measured (reported) rate; 0 when it reports none
     barred: frozenset[str]  # links it may not move onto (congested, or left for congestion lately)
 
 
@@ -97,13 +104,12 @@ def plan_rearrangement(topology: Topology, ledger: Ledger, watch: LinkWatch, dow
         candidates = shapes.alternatives(request, CANDIDATE_PATHS)
     except (NoCapacity, FailedPrecondition, InvalidArgument):
         return None
-    own = _own_rates(relieved)
     need = relieved.request.bandwidth
     by_id = {m.id: m for m in movers}
+    view = Headroom(topology, ledger, watch)
     for path in candidates:
         if _same_path(path, relieved.route.primary):
             continue
-        view = Headroom(topology, ledger, watch, measured={d: -own.get(d, 0.0) for d in path.direction_ids})
         r = relieved.request
         short = [d for d in path.direction_ids
                  if view.free(d, r.start, r.end, relieved.id) < need and not watch.congested(d)]
@@ -127,28 +133,18 @@ def _try_group(topology: Topology, ledger: Ledger, watch: LinkWatch, down_links:
                path: Path, short: list[str], group: Sequence[Mover]) -> Rearrangement | None:
     need = relieved.request.bandwidth
     r = relieved.request
-    freed_booked: dict[str, float] = {}
-    freed_measured: dict[str, float] = {}
+    freed: dict[str, float] = {}
     for mover in group:
         for d in mover.route.direction_ids:
-            freed_booked[d] = freed_booked.get(d, 0.0) - mover.request.bandwidth
-        for d in mover.route.primary.direction_ids:
-            freed_measured[d] = freed_measured.get(d, 0.0) - mover.rate_bps
-    own = _own_rates(relieved)
-    for d in path.direction_ids:
-        freed_measured[d] = freed_measured.get(d, 0.0) - own.get(d, 0.0)
-    after = Headroom(topology, ledger, watch, freed_booked, freed_measured)
+            freed[d] = freed.get(d, 0.0) - mover.request.bandwidth
+    after = Headroom(topology, ledger, watch, freed)
     if any(after.free(d, r.start, r.end, relieved.id) < need for d in short):
         return None
     # Place the displaced ones with the relieved one's room already counted as taken.
-    taken_booked = {d: float(need) for d in path.direction_ids}
-    taken_measured = {d: float(need) for d in path.direction_ids}
+    taken = {d: float(need) for d in path.direction_ids}
     moves: list[tuple[str, Route]] = []
     for mover in group:
-        view = Headroom(topology, ledger, watch, taken_booked, taken_measured)
-        for d in mover.route.primary.direction_ids:
-            view.measured[d] = view.measured.get(d, 0.0) - mover.rate_bps
-        finder = PathFinder(topology, view)
+        finder = PathFinder(topology, Headroom(topology, ledger, watch, taken))
         finder.down_links = down_links
         avoid = replace(mover.request, exclude=(*mover.request.exclude, *sorted(mover.barred)))
         try:
@@ -159,14 +155,8 @@ def _try_group(topology: Topology, ledger: Ledger, watch: LinkWatch, down_links:
             return None
         moves.append((mover.id, route))
         for d in route.direction_ids:
-            taken_booked[d] = taken_booked.get(d, 0.0) + mover.request.bandwidth
-        for d in route.primary.direction_ids:
-            taken_measured[d] = taken_measured.get(d, 0.0) + mover.rate_bps
+            taken[d] = taken.get(d, 0.0) + mover.request.bandwidth
     return Rearrangement((*moves, (relieved.id, Route(path))))
-
-
-def _own_rates(mover: Mover) -> dict[str, float]:
-    return {d: mover.rate_bps for d in mover.route.primary.direction_ids}
 
 
 def _same_path(a: Path, b: Path) -> bool:

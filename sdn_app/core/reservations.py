@@ -27,6 +27,8 @@ it ended, then only in the store (each row about 1.5 kB with its indexes). `get`
 `request_id` retries) read a reservation no longer in memory from the store; `list` pages
 through the store itself, ordered by creation then id, so a page token stays valid whatever
 leaves memory between pages. A restart loads the live ones and those ended within `keep_ended`.
+Each reservation in memory also keeps its last `HISTORY_LENGTH` changes (`history`: about 120
+bytes each plus its reason, 2.5 to 7.5 kB when full), which leave memory with it.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ from sdn_app.core.topology import Topology
 from sdn_app.core.units import format_bandwidth, format_time, format_window
 from sdn_app.core.utilization import DirectionLoad
 
+WIRE_OVERHEAD = 1.05  # bytes on the wire (Ethernet, IP, TCP headers) per byte a transfer reports moving
+ACK_SHARE = 0.03  # a TCP transfer's acks against its data rate (about 2.2% at 1500-byte segments, and margin)
 LEDGER_ONLY = "booked in the ledger only: no OpenFlow switches are controlled"
 CONFIRMED = "every hop confirmed by barrier replies"
 _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$")
@@ -80,6 +84,7 @@ MAX_PAGE_SIZE = 1000
 # holds it. Memory at most: reservations ending per second x this x about 1.6 kB (the process's RSS).
 DEFAULT_KEEP_ENDED = 300.0
 EVICTION_INTERVAL = 1.0  # seconds at least between sweeps of ended reservations out of memory (batched)
+HISTORY_LENGTH = 20  # changes of a reservation held for `history` while it is in memory
 
 
 _FINAL_STATES = frozenset({"RELEASED", "EXPIRED", "FAILED"})
@@ -199,6 +204,15 @@ class Repair:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One change of a reservation: when, the state it was left in, and why."""
+
+    time: float
+    state: State
+    reason: str
+
+
 @dataclass(frozen=True)
 class Availability:
     """What one more reservation could get between two DTNs in a window."""
@@ -257,6 +271,8 @@ class ReservationBook:
         self._leaving: list[tuple[float, str]] = []  # heap of (when it leaves memory, id) of ended reservations
         self._next_sweep = -math.inf  # sweeps out of memory are batched, EVICTION_INTERVAL apart
         self._events: list[Event] = []
+        # The last HISTORY_LENGTH changes of each reservation in memory; it leaves with it.
+        self._histories: dict[str, collections.deque[HistoryEntry]] = {}
         self._random = random.Random(os.urandom(16))  # ids need to be unique, not secret: owners are checked
         self._sequence = 0
         self.ledger.write(_create_table)
@@ -347,6 +363,15 @@ class ReservationBook:
     def in_memory(self) -> dict[str, int]:
         """How many reservations memory holds: `live`, and `ended` within `keep_ended`."""
         return {"live": len(self._live), "ended": len(self._reservations) - len(self._live)}
+
+    def history(self, reservation_id: str) -> list[HistoryEntry]:
+        """The last `HISTORY_LENGTH` changes of a reservation, oldest first: every decision about
+        it with its reason. Empty once it left memory, and for changes before a restart."""
+        return list(self._histories.get(reservation_id, ()))
+
+    def conditions(self) -> list[Condition]:
+        """The congestion verdict of every measured link direction, as last measured."""
+        return self.watch.conditions()
 
     def snapshot(self, principal: Principal, name: str = "") -> list[Reservation]:
         """Live reservations the caller may see (one, when `name` is given), oldest first."""
@@ -527,9 +552,12 @@ class ReservationBook:
             if r.route is None or r.state not in (State.ACTIVE, State.MOVING, State.DEGRADED):
                 continue
             rate = self.advisor.recent_rate(r.id, now)
-            sends = float(r.request.bandwidth) if rate is None else rate
-            for d in r.route.primary.direction_ids:
-                owned[d] = owned.get(d, 0.0) + sends
+            sends = float(r.request.bandwidth) if rate is None else rate * WIRE_OVERHEAD
+            forward, reverse = path_directions(self.topology, r.route.primary.direction_ids)
+            for d in forward:
+                owned[d.id] = owned.get(d.id, 0.0) + sends
+            for d in reverse:  # its acks: not booked (as in the ledger), but the controller's own
+                owned[d.id] = owned.get(d.id, 0.0) + sends * ACK_SHARE
         return self.watch.observe(loads, owned, now)
 
     def _relieve(self, old: Reservation, advice: Underperforming) -> Reservation:
@@ -542,7 +570,8 @@ class ReservationBook:
             return self._verdict(old, why.cause, why.evidence)
         held = self.advisor.may_move(old.id, now)
         if held:
-            return self._verdict(old, "held", f"{why.evidence}; not moved: {held}")
+            kind = "budget" if held.startswith("move budget") else "held"
+            return self._verdict(old, kind, f"{why.evidence}; not moved: {held}")
         congested_links = frozenset(c.link for c in why.congested)
         if congested_links & {d.link for d in forward if d.is_access} | \
                 congested_links & {d.link for d in reverse if d.is_access}:
@@ -550,9 +579,7 @@ class ReservationBook:
                                                 f"access link, which no other path avoids")
         barred = self.watch.congested_links() | self.advisor.barred_links(old.id, self.watch, now)
         avoiding = replace(old.request, exclude=(*old.request.exclude, *sorted(barred)))
-        own = {d: advice.achieved_bps for d in old.route.primary.direction_ids}
-        finder = PathFinder(self.topology, Headroom(self.topology, self.ledger, self.watch,
-                                                    measured={d: -v for d, v in own.items()}))
+        finder = PathFinder(self.topology, Headroom(self.topology, self.ledger, self.watch))
         finder.down_links = self.finder.down_links
         try:
             route = finder.route(avoiding, ignore=old.id)
@@ -572,7 +599,7 @@ class ReservationBook:
     def _mover(self, r: Reservation, now: float) -> Mover:
         assert r.route is not None
         barred = self.watch.congested_links() | self.advisor.barred_links(r.id, self.watch, now)
-        return Mover(r.id, r.request, r.route, self.advisor.recent_rate(r.id, now) or 0.0, frozenset(barred))
+        return Mover(r.id, r.request, r.route, frozenset(barred))
 
     def _rearrange(self, old: Reservation, advice: Underperforming, why: Attribution, barred: frozenset[str],
                    refusal: str) -> Reservation:
@@ -588,7 +615,7 @@ class ReservationBook:
             for m in movers:
                 for d in m.route.primary.direction_ids:
                     crossing.setdefault(d, []).append(m)
-            relieved = replace(self._mover(old, now), rate_bps=advice.achieved_bps, barred=barred)
+            relieved = replace(self._mover(old, now), barred=barred)
             plan = plan_rearrangement(self.topology, self.ledger, self.watch, self.finder.down_links, relieved,
                                       movers, lambda d: crossing.get(d, []))
         if plan is None:
@@ -681,11 +708,24 @@ class ReservationBook:
         """Move `old` off down links to the best route that fits, or mark it DEGRADED."""
         assert old.route is not None
         try:
-            route = self.finder.route(old.request, ignore=old.id)
+            route = self._measured_route(old) or self.finder.route(old.request, ignore=old.id)
         except (NoCapacity, FailedPrecondition) as refusal:
             self._degrade(old, why, str(refusal))
             return
         self._move(old, route, f"{why}: moving to {route.primary.describe()}")
+
+    def _measured_route(self, old: Reservation) -> Route | None:
+        """The best route for `old` avoiding congested links with measured headroom, if one fits
+        (a reservation fleeing a failure should not land on congestion when it need not)."""
+        congested = self.watch.congested_links()
+        if not congested and not self.watch.conditions():
+            return None  # nothing measured: the ledger alone decides
+        finder = PathFinder(self.topology, Headroom(self.topology, self.ledger, self.watch))
+        finder.down_links = self.finder.down_links
+        try:
+            return finder.route(replace(old.request, exclude=(*old.request.exclude, *sorted(congested))), ignore=old.id)
+        except (NoCapacity, FailedPrecondition, InvalidArgument):
+            return None
 
     def _degrade(self, old: Reservation, why: str, refusal: str) -> None:
         assert old.route is not None
@@ -937,6 +977,7 @@ class ReservationBook:
         while leaving and leaving[0][0] <= now:
             _, reservation_id = heapq.heappop(leaving)
             gone = self._reservations.pop(reservation_id, None)
+            self._histories.pop(reservation_id, None)
             if gone is not None and gone.request_id \
                     and self._by_request.get((gone.owner, gone.request_id)) == reservation_id:
                 del self._by_request[(gone.owner, gone.request_id)]
@@ -987,7 +1028,12 @@ class ReservationBook:
 
     def _record(self, previous: State | None, reservation: Reservation) -> None:
         self._sequence += 1
-        self._events.append(Event(self._sequence, self.clock.now(), previous, reservation, reservation.reason))
+        now = self.clock.now()
+        self._events.append(Event(self._sequence, now, previous, reservation, reservation.reason))
+        history = self._histories.get(reservation.id)
+        if history is None:
+            history = self._histories[reservation.id] = collections.deque(maxlen=HISTORY_LENGTH)
+        history.append(HistoryEntry(now, reservation.state, reservation.reason))
 
     def _load(self) -> None:
         now = self.clock.now()

@@ -111,6 +111,7 @@ class TransferSpec:
     streams: int = 1
     engine: str = "builtin"
     policy: str = "shortest"
+    pace: int | None = None  # nominal bit/s the sender is held to, below the booking (a slow disk)
 
     def check(self) -> None:
         """Raise InvalidArgument naming the first field that is wrong."""
@@ -132,6 +133,10 @@ class TransferSpec:
             raise InvalidArgument(f"streams: must be between 1 and {MAX_STREAMS}, got {self.streams}")
         if self.engine not in ENGINES:
             raise InvalidArgument(f"engine {self.engine!r}: unknown; one of {', '.join(ENGINES)}")
+        if self.pace is not None and not 0 < self.pace < self.bandwidth:
+            raise InvalidArgument(f"pace_bps: {format_bandwidth(self.pace)} must be above 0 and below the booked "
+                                  f"bandwidth_bps ({format_bandwidth(self.bandwidth)}); leave it unset to send at "
+                                  "the booking")
 
 
 @dataclass(frozen=True)
@@ -356,7 +361,7 @@ class TransferDesk:
             address = str(self.book.topology.dtns[transfer.spec.dst].ipv4)
             if host and not self.book.provisioning:
                 address = host
-            pacing = int(transfer.spec.bandwidth * self.emulation_scale * PACING_SHARE)
+            pacing = pacing_bps(transfer.spec, self.emulation_scale)
             send = Job(transfer.id, JobRole.SEND, transfer.spec.src, transfer.spec, transfer.reservation, address,
                        port, pacing)
             self._recovered.pop(transfer.id, None)
@@ -673,6 +678,13 @@ class TransferDesk:
                       f"the controller restarted; waiting for the path ({reservation.name} {reservation.state})")
 
 
+def pacing_bps(spec: TransferSpec, emulation_scale: float) -> int:
+    """The rate the sender is held to on the wire: its `pace` when given, else just under its booking."""
+    if spec.pace is not None:
+        return int(spec.pace * emulation_scale)
+    return int(spec.bandwidth * emulation_scale * PACING_SHARE)
+
+
 def _awaited(transfer: Transfer) -> str | None:
     """The DTN whose agent a live transfer waits for: the sender's while RUNNING, the receiver's
     while STARTING (None while RESERVING: the switches)."""
@@ -703,7 +715,8 @@ def _row(t: Transfer) -> store.Row:
         "id": t.id, "owner": t.owner, "request_id": t.request_id, "reservation_id": t.reservation_id,
         "state": t.state.value, "reason": t.reason, "created": t.created, "updated": t.updated,
         "spec": {"src": s.src, "dst": s.dst, "bandwidth": s.bandwidth, "size": s.size, "files": list(s.files),
-                 "destination": s.destination, "streams": s.streams, "engine": s.engine, "policy": s.policy},
+                 "destination": s.destination, "streams": s.streams, "engine": s.engine, "policy": s.policy,
+                 "pace": s.pace},
         "rate": _rate_json(t.rate), "receiver_rate": _rate_json(t.receiver_rate),
         "checksums_verified": t.checksums_verified, "sides_done": sorted(role.value for role in t.sides_done),
         "last_report": t.last_report,
@@ -736,7 +749,7 @@ def _transfer_from(stored: store.Stored) -> Transfer:
     spec = TransferSpec(src=s.text("src"), dst=s.text("dst"), bandwidth=s.integer("bandwidth"),
                         size=s.integer("size", optional=True), files=s.texts("files"),
                         destination=s.text("destination"), streams=s.integer("streams"), engine=s.text("engine"),
-                        policy=s.text("policy"))
+                        policy=s.text("policy"), pace=s.integer("pace", optional=True) if "pace" in s.data else None)
     state = TransferState(f.choice("state", TransferState))
     reservation_id = f.text("reservation_id")
     handed = []

@@ -7,21 +7,43 @@
   that began after the cut).
 - `never_overbooked`: at no sample of the controller's bookings is a link direction booked
   beyond its capacity.
-- `reroutes_at_least`: at least N reservations were moved to another path.
+- `reroutes_at_least` / `reroutes_at_most`: at least / at most N moves of reservations to
+  another path.
+- `unexplained_moves_at_most`: at most N moves without a network cause. A move is explained
+  when, at its time, its old path crossed a link with an active cause (failed, or with a
+  congested direction either way: TCP's acknowledgements use the reverse), or when the
+  controller announced it as a rearrangement for another flow whose own path then crossed one.
+- `never_onto_congested`: no move onto a path crossing a link that was failed or congested
+  then.
+- `reacted_within`: after each fail_link, every flow whose path crossed the link has moved off
+  it within the `failure` seconds; after each congest_link, every transfer whose path crossed a
+  congested direction forwards and whose rate then fell under `UNDERPERFORMING` of its booking
+  has moved off it within the `congestion` seconds.
 - `timeline`: always checked: every action was carried out and no transfer failed.
+
+Causes are the recording's ground truth, the timeline's own fail_link / restore_link and
+congest_link / clear_link events (with the directions congested), never what the controller
+says about itself. A cause is active from its onset to its end plus `GRACE` seconds, for
+decisions in flight when it ended.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sdn_app.core.units import format_bandwidth
-from sdn_app.demo.record import Recording
+from sdn_app.demo.record import Event, Recording
 from sdn_app.demo.scenario import Scenario
 
 RESUMED_SHARE = 0.5  # a transfer has resumed once it carries this share of its booking
 REPORT_INTERVAL = 1.0  # seconds one rate report covers
+GRACE = 2.0  # seconds a cause stays active after its clear or restore (decisions in flight)
+UNDERPERFORMING = 0.8  # a transfer under this share of its booking is held back by congestion
+REARRANGEMENT = re.compile(r"rearrangement for (?:reservations/)?([0-9A-Za-z]+)")
 
 
 @dataclass(frozen=True)
@@ -120,6 +142,250 @@ def reroutes_at_least(recording: Recording, minimum: int) -> Result:
     return Result("reroutes_at_least", count >= minimum, f">= {minimum} reroute(s)", f"{count} reroute(s)")
 
 
+# -- causes and moves (the ground truth of the timeline) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A failed link, or congested directions of a link, from `start` to `end` (inf: never ended)."""
+
+    kind: str  # failure or congestion
+    link: str
+    ends: tuple[str, str]
+    directions: frozenset[tuple[str, str]]  # (from switch, to switch) congested; both for a failure
+    start: float
+    end: float = math.inf
+
+    def active(self, t: float, grace: float = GRACE) -> bool:
+        """Whether the cause holds at `t` (up to `grace` seconds after it ended)."""
+        return self.start <= t <= self.end + grace
+
+    def describe(self) -> str:
+        if self.kind == "failure":
+            return f"{self.link} failed at {self.start:.1f} s"
+        ways = ", ".join(f"{a}->{b}" for a, b in sorted(self.directions))
+        return f"{self.link} congested ({ways}) at {self.start:.1f} s"
+
+
+@dataclass(frozen=True)
+class Move:
+    """A reservation moved from `old` to `new` at `time`; `relieves`: the flow a rearrangement made room for."""
+
+    time: float
+    flow: str
+    old: tuple[str, ...]
+    new: tuple[str, ...]
+    relieves: str = ""
+
+    def describe(self) -> str:
+        return f"{self.flow} at {self.time:.1f} s: {' '.join(self.old)} -> {' '.join(self.new)}"
+
+
+def _switches(direction: str) -> tuple[str, str]:
+    """The two switches of a direction id `a:port->b:port`."""
+    src, _, dst = direction.partition("->")
+    return src.rsplit(":", 1)[0], dst.rsplit(":", 1)[0]
+
+
+def _ends(recording: Recording, event: Event) -> tuple[str, str]:
+    link = event.details.get("link", "")
+    ends = event.details.get("ends") or recording.links.get(link) or ("", "")
+    return (str(ends[0]), str(ends[1]))
+
+
+def causes(recording: Recording) -> list[Cause]:
+    """Every failure and congestion of the timeline, with when it began and ended."""
+    found: list[Cause] = []
+    open_: dict[tuple[str, str], int] = {}  # (kind, link) -> index in found
+    for event in recording.sorted_events():
+        kind = {"fail_link": "failure", "restore_link": "failure", "congest_link": "congestion",
+                "clear_link": "congestion"}.get(event.kind)
+        if kind is None:
+            continue
+        link = event.details.get("link", "")
+        ends = _ends(recording, event)
+        if event.kind in ("fail_link", "congest_link"):
+            if kind == "failure":
+                directions = frozenset({ends, (ends[1], ends[0])})
+            else:
+                given = event.details.get("directions")
+                directions = frozenset(_switches(d) for d in given) if given else frozenset(
+                    {ends, (ends[1], ends[0])})
+            open_[(kind, link)] = len(found)
+            found.append(Cause(kind, link, ends, directions, event.time))
+        elif (kind, link) in open_:
+            index = open_.pop((kind, link))
+            cause = found[index]
+            found[index] = Cause(cause.kind, cause.link, cause.ends, cause.directions, cause.start, event.time)
+    return found
+
+
+def moves(recording: Recording) -> list[Move]:
+    """Every reroute of the recording, in time order; a rearrangement names the flow it relieves."""
+    names = recording.reservation_flows
+    found = []
+    for event in recording.sorted_events():
+        if event.kind != "reroute":
+            continue
+        d = event.details
+        relieves = d.get("relieves", "")
+        if not relieves and (match := REARRANGEMENT.search(str(d.get("reason", "")))):
+            relieves = names.get(match.group(1), f"reservations/{match.group(1)}")
+        found.append(Move(event.time, str(d.get("flow", "")), tuple(d.get("old") or ()), tuple(d.get("new") or ()),
+                          relieves))
+    return found
+
+
+def _pairs(path: Sequence[str]) -> set[tuple[str, str]]:
+    return set(itertools.pairwise(path))
+
+
+def crosses_link(path: Sequence[str], cause: Cause) -> bool:
+    """Whether `path` goes over the cause's link, either way."""
+    return crosses(path, cause.ends)
+
+
+def crosses_forward(path: Sequence[str], cause: Cause) -> bool:
+    """Whether `path` goes over one of the cause's directions the way it is congested."""
+    return bool(_pairs(path) & cause.directions)
+
+
+def path_at(recording: Recording, all_moves: list[Move], flow: str, t: float) -> tuple[str, ...]:
+    """The path `flow` had at `t` (before a move at exactly `t`), as far as the recording knows."""
+    mine = [m for m in all_moves if m.flow == flow]
+    before = [m for m in mine if m.time < t]
+    if before:
+        return before[-1].new
+    after = [m for m in mine if m.time >= t]
+    if after:
+        return after[0].old
+    samples = [s.path for s in recording.rates if s.flow == flow and s.path]
+    if samples:
+        return samples[0]
+    known = recording.flows.get(flow)
+    return known.path if known is not None else ()
+
+
+def _lifetime(recording: Recording, flow: str) -> tuple[float, float]:
+    """When a flow of the timeline was started and released (inf: never released)."""
+    start, end = math.inf, math.inf
+    for event in recording.sorted_events():
+        if event.details.get("name") != flow:
+            continue
+        if event.kind in ("transfer", "reserve") and "timeline" in event.details:
+            start = min(start, event.time)
+        elif event.kind == "release":
+            end = min(end, event.time)
+    return start, end
+
+
+def _explained(move: Move, found: list[Cause], recording: Recording, all_moves: list[Move]) -> str:
+    """What explains `move` (a sentence), or '' when nothing does."""
+    for cause in found:
+        if cause.active(move.time) and crosses_link(move.old, cause):
+            return cause.describe()
+    if move.relieves:
+        theirs = path_at(recording, all_moves, move.relieves, move.time)
+        for cause in found:
+            if cause.active(move.time) and crosses_link(theirs, cause):
+                return f"rearrangement for {move.relieves}, whose path crossed {cause.describe()}"
+    return ""
+
+
+def unexplained_moves_at_most(recording: Recording, maximum: int) -> Result:
+    found = causes(recording)
+    all_moves = moves(recording)
+    unexplained = [m for m in all_moves if not _explained(m, found, recording, all_moves)]
+    expected = f"at most {maximum} move(s) without a failed or congested link on the old path"
+    detail = "; ".join(m.describe() + (f" (rearrangement for {m.relieves}, which crossed no failed or congested "
+                                       "link)" if m.relieves else "") for m in unexplained)
+    return Result("unexplained_moves_at_most", len(unexplained) <= maximum, expected,
+                  f"{len(unexplained)} unexplained of {len(all_moves)} move(s)",
+                  detail or f"{len(all_moves)} move(s), each with a cause")
+
+
+def never_onto_congested(recording: Recording) -> Result:
+    found = causes(recording)
+    bad = []
+    for move in moves(recording):
+        onto = [c for c in found if c.active(move.time, grace=0.0) and crosses_link(move.new, c)]
+        bad += [f"{move.describe()} onto {c.describe()}" for c in onto]
+    return Result("never_onto_congested", not bad, "no move onto a failed or congested link",
+                  f"{len(bad)} move(s) onto a failed or congested link", "; ".join(bad))
+
+
+def _moved_off(all_moves: list[Move], flow: str, cause: Cause) -> Move | None:
+    """The first move of `flow` from the cause's onset onto a path that avoids what it must."""
+    for move in all_moves:
+        if move.flow != flow or move.time < cause.start:
+            continue
+        if cause.kind == "failure" and not crosses_link(move.new, cause):
+            return move
+        if cause.kind == "congestion" and not crosses_forward(move.new, cause):
+            return move
+    return None
+
+
+def _affected(recording: Recording, all_moves: list[Move], cause: Cause) -> list[str]:
+    """The flows a cause requires to move: every flow on a failed link; every transfer on a
+    congested direction that then fell under `UNDERPERFORMING` of its booking."""
+    flows = []
+    for name, flow in sorted(recording.flows.items()):
+        start, end = _lifetime(recording, name)
+        if not start <= cause.start < end:
+            continue
+        path = path_at(recording, all_moves, name, cause.start)
+        if cause.kind == "failure":
+            if crosses_link(path, cause):
+                flows.append(name)
+            continue
+        if flow.kind != "transfer" or not crosses_forward(path, cause):
+            continue
+        leaving = _moved_off(all_moves, name, cause)
+        until = min(cause.end, leaving.time if leaving else math.inf)
+        if any(cause.start < s.time <= until and s.nominal_bps < UNDERPERFORMING * s.booked_bps
+               for s in recording.rates if s.flow == name):
+            flows.append(name)
+    return flows
+
+
+def reacted_within(recording: Recording, congestion: float | None, failure: float | None) -> Result:
+    limits = {"congestion": congestion, "failure": failure}
+    wanted = " and ".join(f"off a {'congested' if k == 'congestion' else 'failed'} link within {v:g} s"
+                          for k, v in limits.items() if v is not None)
+    expected = f"every affected flow {wanted}"
+    all_moves = moves(recording)
+    worst = {k: 0.0 for k in limits}
+    problems: list[str] = []
+    checked = 0
+    for cause in causes(recording):
+        limit = limits[cause.kind]
+        if limit is None:
+            continue
+        for flow in _affected(recording, all_moves, cause):
+            checked += 1
+            leaving = _moved_off(all_moves, flow, cause)
+            _, end = _lifetime(recording, flow)
+            if leaving is None and end < cause.start + limit:
+                continue  # released before it had to move
+            took = leaving.time - cause.start if leaving is not None else math.inf
+            worst[cause.kind] = max(worst[cause.kind], took)
+            if leaving is None:
+                problems.append(f"{flow} never moved off {cause.describe()}")
+            elif took > limit:
+                problems.append(f"{flow} moved off {cause.describe()} after {took:.1f} s")
+    measured = ", ".join(f"{kind} {'never' if worst[kind] == math.inf else f'{worst[kind]:.1f} s'} at worst"
+                         for kind, limit in limits.items() if limit is not None)
+    return Result("reacted_within", not problems, expected, measured,
+                  "; ".join(problems) or f"{checked} flow(s) had to move")
+
+
+def reroutes_at_most(recording: Recording, maximum: int) -> Result:
+    found = moves(recording)
+    return Result("reroutes_at_most", len(found) <= maximum, f"<= {maximum} reroute(s)", f"{len(found)} reroute(s)",
+                  "; ".join(m.describe() for m in found))
+
+
 def timeline_ran(recording: Recording) -> Result:
     refused = [e for e in recording.events if e.kind == "refused"]
     failed = [f for f in recording.flows.values() if f.state in ("FAILED", "TRANSFER_FAILED")]
@@ -148,5 +414,13 @@ def evaluate(scenario: Scenario, recording: Recording) -> list[Result]:
         results.append(never_overbooked(recording))
     if expect.reroutes_at_least is not None:
         results.append(reroutes_at_least(recording, expect.reroutes_at_least))
+    if expect.reroutes_at_most is not None:
+        results.append(reroutes_at_most(recording, expect.reroutes_at_most))
+    if expect.unexplained_moves_at_most is not None:
+        results.append(unexplained_moves_at_most(recording, expect.unexplained_moves_at_most))
+    if expect.never_onto_congested:
+        results.append(never_onto_congested(recording))
+    if expect.reacted_within is not None:
+        results.append(reacted_within(recording, expect.reacted_within.congestion, expect.reacted_within.failure))
     results.append(timeline_ran(recording))
     return results

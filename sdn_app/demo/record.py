@@ -1,4 +1,5 @@
-"""What a demo run records: events, rate samples and booking samples. Pure data.
+"""What a demo run records: events, rate samples, booking samples and the measured load of
+congested links. Pure data.
 
 Times are seconds from the start of the timeline (setup happens at negative times). Rates
 are nominal bit/s (the sender's rate divided by the emulation scale), as bookings are.
@@ -66,6 +67,24 @@ class BookingSample:
                 "overbooked": [list(o) for o in self.overbooked]}
 
 
+@dataclass(frozen=True)
+class LinkSample:
+    """A congested link direction as the runner measured it: what its sending port transmitted."""
+
+    time: float
+    link: str
+    direction: str  # topology direction id, `a:port->b:port`
+    measured_bps: float  # nominal: all traffic (tsdn's and the cross traffic) over the last interval
+    capacity_bps: int
+    cross_traffic_bps: int  # nominal rate the cross traffic was sent at
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["time"] = round(self.time, 3)
+        data["measured_bps"] = round(self.measured_bps)
+        return data
+
+
 @dataclass
 class Flow:
     """A transfer or reservation of the timeline as last seen."""
@@ -91,8 +110,10 @@ class Recording:
     events: list[Event] = field(default_factory=list)
     rates: list[RateSample] = field(default_factory=list)
     bookings: list[BookingSample] = field(default_factory=list)
+    link_loads: list[LinkSample] = field(default_factory=list)
     flows: dict[str, Flow] = field(default_factory=dict)
     links: dict[str, tuple[str, str]] = field(default_factory=dict)  # link label -> its two switches
+    reservation_flows: dict[str, str] = field(default_factory=dict)  # reservation id -> flow name
     ended: float = 0.0  # when the timeline stopped (seconds from its start)
     interrupted: bool = False
     error: str = ""
@@ -116,6 +137,10 @@ class Recording:
     def booking(self, sample: BookingSample) -> None:
         with self._lock:
             self.bookings.append(sample)
+
+    def link_load(self, sample: LinkSample) -> None:
+        with self._lock:
+            self.link_loads.append(sample)
 
     def sorted_events(self) -> list[Event]:
         with self._lock:

@@ -11,12 +11,15 @@ runs with its Agg backend (no display needed).
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sdn_app.core import decisions
+from sdn_app.core.units import format_bandwidth
 from sdn_app.demo.console import flow_rows
 from sdn_app.demo.expectations import Result
 from sdn_app.demo.record import MARKED, Recording
@@ -42,6 +45,55 @@ def _mark_events(axes, recording: Recording) -> None:
         axes.axvline(event.time, color=color, linestyle=style, linewidth=1.2, alpha=0.8,
                      label=what if what not in seen else None)
         seen.add(what)
+    for i, (_, start, end) in enumerate(congestion_windows(recording)):
+        axes.axvspan(start, end, color="tab:orange", alpha=0.12, linewidth=0, label="congested" if i == 0 else None)
+
+
+def congestion_windows(recording: Recording) -> list[tuple[str, float, float]]:
+    """(link, from, until) of each congestion the timeline put on a link: `congest_link` to the
+    next `clear_link` of that link, or to the end of the run."""
+    windows: list[tuple[str, float, float]] = []
+    open_since: dict[str, float] = {}
+    for event in recording.sorted_events():
+        link = event.details.get("link")
+        if event.kind == "congest_link" and link:
+            open_since.setdefault(link, event.time)
+        elif event.kind == "clear_link" and link in open_since:
+            windows.append((link, open_since.pop(link), event.time))
+    end = max(recording.ended, max((e.time for e in recording.events), default=0.0))
+    windows += [(link, start, end) for link, start in open_since.items()]
+    return sorted(windows, key=lambda w: (w[1], w[0]))
+
+
+def reroute_rows(recording: Recording) -> list[tuple[str, ...]]:
+    """Per reroute: when, which flow, from and to, its cause, the links of its old path that the
+    timeline had congested or cut then, and the controller's reason (the evidence)."""
+    windows = congestion_windows(recording)
+    cut: dict[str, float] = {}  # link -> failed since
+    rows = []
+    for event in recording.sorted_events():
+        link = event.details.get("link")
+        if event.kind == "fail_link" and link:
+            cut.setdefault(link, event.time)
+        elif event.kind == "restore_link" and link:
+            cut.pop(link, None)
+        if event.kind != "reroute":
+            continue
+        d = event.details
+        old = list(d.get("old") or ())
+        hops = {frozenset(pair) for pair in itertools.pairwise(old)}
+        on_old = {label for label, ends in recording.links.items() if frozenset(ends) in hops}
+        # Between two switches joined by parallel links the path alone does not say which it took.
+        parallel = {label for label in on_old
+                    if sum(1 for ends in recording.links.values() if ends == recording.links[label]
+                           or ends[::-1] == recording.links[label]) > 1}
+        then = sorted({(link, "congested") for link, start, end in windows if link in on_old
+                       and start <= event.time <= end} | {(link, "cut") for link in cut if link in on_old})
+        shown = [f"{link} {what}" + (" (a parallel link)" if link in parallel else "") for link, what in then]
+        reason = str(d.get("reason", ""))
+        rows.append((f"{event.time:.1f}", str(d.get("flow", "")), " ".join(old), " ".join(d.get("new") or ()),
+                     decisions.reroute_cause(reason) or "-", ", ".join(shown) or "none", reason or "-"))
+    return rows
 
 
 def _unit(recording: Recording) -> tuple[float, str]:
@@ -164,9 +216,25 @@ def render_html(scenario: Scenario, recording: Recording, results: Sequence[Resu
     parts.append("<h2>Throughput</h2>")
     parts.append("<p>Solid: each transfer's nominal rate (its sender's rate / the emulation scale); dashed: its "
                  "booking. Vertical lines: red link failure, green restore, orange congestion, olive congestion "
-                 "cleared, purple dotted reroute.</p>")
+                 "cleared, purple dotted reroute; shaded orange: a link congested by the timeline.</p>")
     for plot in plots:
         parts.append(f"<p><img src='{html.escape(plot)}' alt='{html.escape(plot)}' style='max-width:100%'></p>")
+    loads = congestion_rows(recording)
+    if loads:
+        parts.append("<h2>Congested links, measured</h2>")
+        parts.append("<p>What the sending port of each congested direction transmitted (ovs-ofctl dump-ports, "
+                     "about once a second while the cross traffic ran), all traffic included: measured by the "
+                     "runner, not taken from the controller.</p>")
+        parts.append(_table(["direction", "from (s)", "to (s)", "cross traffic sent", "measured load (median)",
+                             "peak", "samples"], loads))
+    reroutes = reroute_rows(recording)
+    if reroutes:
+        parts.append("<h2>Reroutes, and why</h2>")
+        parts.append("<p>Each move with the controller's reason, which carries its evidence (the measured "
+                     "congestion, or the link that went down), and what the timeline had done to its old path "
+                     "then. A move with nothing on its old path is part of a rearrangement (cause "
+                     "<code>rearrangement</code>) or asked for.</p>")
+        parts.append(_table(["time (s)", "flow", "from", "to", "cause", "old path then", "reason"], reroutes))
     parts.append("<h2>Final state</h2>")
     parts.append(_table(["name", "kind", "DTNs", "state", "rate / booked", "path"], flow_rows(recording)))
     parts.append("<h2>Timeline of events</h2>")
@@ -178,13 +246,39 @@ def render_html(scenario: Scenario, recording: Recording, results: Sequence[Resu
     return "\n".join(parts)
 
 
+def congestion_rows(recording: Recording) -> list[tuple[str, ...]]:
+    """Per congested direction and episode: when, the cross traffic sent, the load measured (median, peak)."""
+    rows = []
+    by_direction: dict[str, list] = {}
+    for sample in sorted(recording.link_loads, key=lambda s: s.time):
+        by_direction.setdefault(sample.direction, []).append(sample)
+    for direction, samples in sorted(by_direction.items()):
+        episodes: list[list] = []
+        for sample in samples:
+            if episodes and sample.time - episodes[-1][-1].time <= 3.0:
+                episodes[-1].append(sample)
+            else:
+                episodes.append([sample])
+        for episode in episodes:
+            capacity = episode[0].capacity_bps
+            measured = sorted(s.measured_bps for s in episode)
+            median, peak = measured[len(measured) // 2], measured[-1]
+            rows.append((direction, f"{episode[0].time:.1f}", f"{episode[-1].time:.1f}",
+                         f"{format_bandwidth(episode[0].cross_traffic_bps)}",
+                         f"{format_bandwidth(round(median))} ({median / capacity:.0%} of "
+                         f"{format_bandwidth(capacity)})", f"{format_bandwidth(round(peak))} ({peak / capacity:.0%})",
+                         str(len(episode))))
+    return rows
+
+
 def write_report(out_dir: Path, scenario: Scenario, recording: Recording, results: Sequence[Result],
                  started: float | None = None) -> Path:
     """Write report.html, events.jsonl, samples.jsonl, throughput.png and aggregate.png; return report.html."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(out_dir / "events.jsonl", [e.to_dict() for e in recording.sorted_events()])
     write_jsonl(out_dir / "samples.jsonl", [{"type": "rate", **s.to_dict()} for s in recording.rates]
-                + [{"type": "booking", **s.to_dict()} for s in recording.bookings])
+                + [{"type": "booking", **s.to_dict()} for s in recording.bookings]
+                + [{"type": "link", **s.to_dict()} for s in recording.link_loads])
     plots = []
     for name, plot in (("throughput.png", plot_throughput), ("aggregate.png", plot_aggregate)):
         plot(recording, out_dir / name)

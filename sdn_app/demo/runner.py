@@ -33,8 +33,9 @@ import yaml
 from sdn_app.core.errors import FailedPrecondition
 from sdn_app.core.units import format_bandwidth
 from sdn_app.demo.console import Console
-from sdn_app.demo.expectations import evaluate
-from sdn_app.demo.record import BookingSample, Flow, RateSample, Recording
+from sdn_app.demo.cross_traffic import CrossTraffic
+from sdn_app.demo.expectations import REARRANGEMENT, evaluate
+from sdn_app.demo.record import BookingSample, Flow, LinkSample, RateSample, Recording
 from sdn_app.demo.report import summary, write_report
 from sdn_app.demo.scenario import (
     ClearLinkAction,
@@ -45,7 +46,6 @@ from sdn_app.demo.scenario import (
     ReserveAction,
     RestoreLinkAction,
     TransferAction,
-    emulated_mbps,
     transfer_bytes,
 )
 
@@ -129,11 +129,12 @@ class DemoRunner:
         self._controller: subprocess.Popen | None = None
         self._agents: dict[str, subprocess.Popen] = {}
         self._net = None
+        self._cross: CrossTraffic | None = None
         self._client = None
         self._raw: queue.Queue = queue.Queue()  # (kind, payload) from the watch threads
         self._reservation_paths: dict[str, tuple[str, ...]] = {}
         self._reservation_states: dict[str, int] = {}
-        self._by_reservation: dict[str, str] = {}  # reservation id -> flow name
+        self._by_reservation: dict[str, str] = self.recording.reservation_flows  # reservation id -> flow name
         self._by_transfer: dict[str, str] = {}  # transfer id -> flow name
         self._link_state: dict[str, str] = {}
         self.map_url: str | None = None
@@ -226,10 +227,15 @@ class DemoRunner:
         self.console.say(f"controller: gRPC {address}, OpenFlow 127.0.0.1:{self._openflow_port}"
                          + (f", live map {self.map_url}" if self.map_url else ""))
         began = time.monotonic()
+        cross = self.cross_traffic_switches()
         self._net = self._stack.enter_context(start_network(
-            self.topology, scale=self.scenario.emulation_scale, controller=("127.0.0.1", self._openflow_port)))
-        self.event("setup", f"Mininet: {len(self.topology.switches)} switches, {len(self.topology.dtns)} DTN hosts "
-                            f"at scale {self.scenario.emulation_scale:g} ({time.monotonic() - began:.1f} s)")
+            self.topology, scale=self.scenario.emulation_scale, controller=("127.0.0.1", self._openflow_port),
+            cross_traffic=cross))
+        self._cross = CrossTraffic(self._net)
+        self._stack.callback(self._cross.close)  # before Mininet stops (the stack unwinds in reverse)
+        self.event("setup", f"Mininet: {len(self.topology.switches)} switches, {len(self.topology.dtns)} DTN hosts"
+                            + (f", {len(cross)} cross-traffic host(s) on {', '.join(cross)}" if cross else "")
+                            + f" at scale {self.scenario.emulation_scale:g} ({time.monotonic() - began:.1f} s)")
         self.console.say(self.recording.events[-1].details["message"])
         self._wait(self._switches_connected, "every switch to connect to the controller")
         self.event("setup", "every switch connected")
@@ -239,6 +245,14 @@ class DemoRunner:
         self.event("setup", f"{len(self.scenario.agents)} agent(s) online: {', '.join(self.scenario.agents)}")
         self.console.say(self.recording.events[-1].details["message"])
         threading.Thread(target=self._watch_reservations, daemon=True).start()
+
+    def cross_traffic_switches(self) -> list[str]:
+        """The switches at either end of a link some congest_link loads, in file order."""
+        ends: set[str] = set()
+        for action in self.scenario.timeline:
+            if isinstance(action, CongestLinkAction):
+                ends.update(self.recording.links[action.link])
+        return [s.name for s in self.topology.spec.switches if s.name in ends]
 
     def _write_tokens(self) -> Path:
         assert self._workdir is not None
@@ -417,13 +431,16 @@ class DemoRunner:
                 if path:
                     self._reservation_paths[reservation.id] = path
                 if previous_path and path and path != previous_path:
+                    extra = {}
+                    if match := REARRANGEMENT.search(payload.reason):
+                        extra["relieves"] = self._by_reservation.get(match.group(1), f"reservations/{match.group(1)}")
                     self.recording.event(at, "reroute", message=f"{name}: {' '.join(previous_path)} -> "
                                          f"{' '.join(path)} ({payload.reason})", flow=name,
-                                         old=list(previous_path), new=list(path), reason=payload.reason)
+                                         old=list(previous_path), new=list(path), reason=payload.reason, **extra)
                 if self._reservation_states.get(reservation.id) != reservation.state:
                     self._reservation_states[reservation.id] = reservation.state
                     self.recording.event(at, "reservation", message=f"{name}: {state}: {payload.reason}", flow=name,
-                                         state=state)
+                                         state=state, path=list(path))
 
     def _stamp(self, event) -> float:
         """An event's time on the timeline clock (snapshots carry none: now)."""
@@ -464,12 +481,29 @@ class DemoRunner:
                 next_sample += SAMPLE_EVERY
                 with contextlib.suppress(Exception):
                     self._sample_bookings()
+                self._sample_cross_traffic()
                 self.console.update(self.recording, now, end, self.map_url or "", self._links_line())
             if now >= end and not actions:
                 break
             time.sleep(TICK)  # the timeline's own clock
         self.recording.ended = self.now()
         self._finish_flows()
+
+    def _sample_cross_traffic(self) -> None:
+        """What each direction loaded with cross traffic transmitted since the last sample."""
+        if self._cross is None or not self._cross.streams:
+            return
+        try:
+            measured = self._cross.measure()
+        except (RuntimeError, subprocess.SubprocessError, OSError) as error:
+            self.recording.event(self.now(), "note", message=f"could not measure the congested links: {error}")
+            return
+        at = self.now()
+        for direction_id, bps in measured.items():
+            stream = self._cross.streams.get(direction_id)
+            if stream is not None:
+                self.recording.link_load(LinkSample(at, stream.direction.link, direction_id, bps,
+                                                    stream.direction.capacity, stream.rate_bps))
 
     def _links_line(self) -> str:
         if not self._link_state:
@@ -481,8 +515,9 @@ class DemoRunner:
 
         what = action.action
         name = getattr(action, "name", "") or getattr(action, "link", "")
+        started = self.now()  # a failure or congestion begins as the action starts
         try:
-            message = getattr(self, f"_do_{what}")(action)
+            done = getattr(self, f"_do_{what}")(action)
         except ApiError as error:
             self.recording.event(self.now(), "refused", message=f"{what} {name}: {error.message}", action=what,
                                  name=name, timeline=index, code=error.code.name)
@@ -494,20 +529,22 @@ class DemoRunner:
             self.recording.event(self.now(), "refused", message=f"{what} {name}: {error}", action=what, name=name,
                                  timeline=index)
             return
+        message, extra = done if isinstance(done, tuple) else (done, {})
         details: dict[str, Any] = {"timeline": index, "message": message}
         if hasattr(action, "link"):
             details["link"] = action.link
             details["ends"] = list(self.recording.links[action.link])
         if hasattr(action, "name"):
             details["name"] = action.name
-        self.recording.event(self.now(), what, **details)
+        self.recording.event(started, what, **details, **extra)
 
     def _do_transfer(self, action: TransferAction) -> str:
         flow = Flow(action.name, "transfer", action.src, action.dst, action.bandwidth, state="REQUESTED")
         self.recording.flows[action.name] = flow
         size = transfer_bytes(action, self.scenario.emulation_scale, self.scenario.end - action.at)
         transfer = self._client.start_transfer(action.src, action.dst, action.bandwidth, size=size,
-                                               streams=action.streams, engine=action.engine, policy=action.policy)
+                                               streams=action.streams, engine=action.engine, policy=action.policy,
+                                               pace=action.pace)
         flow.transfer = transfer.name
         flow.reservation = transfer.reservation
         flow.state = "RESERVING"
@@ -516,7 +553,8 @@ class DemoRunner:
         self._by_reservation[transfer.reservation.removeprefix("reservations/")] = action.name
         threading.Thread(target=self._watch_transfer, args=(action.name, transfer.name), daemon=True).start()
         return (f"transfer {action.name}: {action.src} -> {action.dst} {format_bandwidth(action.bandwidth)} "
-                f"{action.policy}, {action.streams} stream(s), {action.engine}")
+                f"{action.policy}, {action.streams} stream(s), {action.engine}"
+                + (f", sender paced at {format_bandwidth(action.pace)}" if action.pace else ""))
 
     def _do_reserve(self, action: ReserveAction) -> str:
         flow = Flow(action.name, "reservation", action.src, action.dst, action.bandwidth, state="REQUESTED")
@@ -568,36 +606,37 @@ class DemoRunner:
         self._link_state.pop(action.link, None)
         return f"link {action.link} repaired"
 
-    def _shape(self, label: str, side: str | None, rate_for) -> list[str]:
+    def _directions(self, label: str, side: str | None):
         self._link(label)  # raises when the network lacks it
-        done = []
-        for direction in self.topology.link_directions[label]:
-            if side is not None and direction.src != side:
-                continue
-            intf_name = self._net.switch_intf(direction.src, direction.src_port)
-            mbps = rate_for(direction)
-            subprocess.run(["tc", "class", "change", "dev", intf_name, "parent", "5:0", "classid", "5:1", "htb",
-                            "rate", f"{mbps:.6f}Mbit", "burst", "15k"], check=True, capture_output=True, timeout=10)
-            nominal = format_bandwidth(int(mbps * 1e6 / self.scenario.emulation_scale))
-            done.append(f"{direction.src}->{direction.dst} {nominal} ({mbps:g} Mbit/s emulated)")
-        return done
+        return [d for d in self.topology.link_directions[label] if side is None or d.src == side]
 
-    def _do_congest_link(self, action: CongestLinkAction) -> str:
-        scale = self.scenario.emulation_scale
-
-        def rate(direction) -> float:
+    def _do_congest_link(self, action: CongestLinkAction) -> tuple[str, dict[str, Any]]:
+        """Cross traffic over each direction named: capacity minus what is left for others."""
+        assert self._cross is not None
+        done, rates = [], {}
+        for direction in self._directions(action.link, action.from_):
             left = action.rate if action.rate is not None else int(direction.capacity * (action.fraction or 1))
-            return emulated_mbps(left, scale)
-
-        done = self._shape(action.link, action.from_, rate)
+            stream = self._cross.start(direction, direction.capacity - left)
+            rates[direction.id] = stream.rate_bps
+            done.append(f"{direction.src}->{direction.dst} {format_bandwidth(stream.rate_bps)} of cross traffic "
+                        f"({stream.emulated_bps / 1e6:g} Mbit/s emulated), {format_bandwidth(left)} left")
         self._link_state[action.link] = "CONGESTED"
-        return f"link {action.link} congested: {', '.join(done)} left"
+        return (f"link {action.link} congested: {', '.join(done)}",
+                {"directions": list(rates), "cross_traffic_bps": rates})
 
-    def _do_clear_link(self, action: ClearLinkAction) -> str:
-        scale = self.scenario.emulation_scale
-        done = self._shape(action.link, action.from_, lambda d: emulated_mbps(d.capacity, scale))
-        self._link_state.pop(action.link, None)
-        return f"link {action.link} clear: {', '.join(done)}"
+    def _do_clear_link(self, action: ClearLinkAction) -> tuple[str, dict[str, Any]]:
+        """Stop the cross traffic of each direction named."""
+        assert self._cross is not None
+        done, rates = [], {}
+        for direction in self._directions(action.link, action.from_):
+            stream = self._cross.stop(direction)
+            if stream is not None:
+                rates[direction.id] = stream.rate_bps
+                done.append(f"{direction.src}->{direction.dst} {format_bandwidth(stream.rate_bps)} stopped")
+        if not self._cross.streams or all(s.direction.link != action.link for s in self._cross.streams.values()):
+            self._link_state.pop(action.link, None)
+        return (f"link {action.link} clear: {', '.join(done) or 'no cross traffic was running'}",
+                {"directions": list(rates), "cross_traffic_bps": rates})
 
     def _finish_flows(self) -> None:
         """End of the timeline: cancel transfers and release reservations still live."""

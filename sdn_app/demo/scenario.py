@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from dtn_agent.engines import ENGINES
@@ -81,6 +81,7 @@ class TransferAction(_Strict):
     engine: str = "builtin"
     size: Size | None = None  # nominal bytes; the emulation moves size x scale
     until: Literal["release"] | None = None
+    pace: Bandwidth | None = None  # nominal; the sender is held to it, below its booking (a slow disk)
 
 
 class ReserveAction(_Strict):
@@ -113,8 +114,8 @@ class RestoreLinkAction(_Strict):
 
 
 class CongestLinkAction(_Strict):
-    """Lower the emulated capacity of a link direction (or both), as traffic the controller
-    does not own would: `rate` (nominal) or `fraction` of the capacity is what is left."""
+    """Load a link direction (or both) with traffic the controller does not own: `rate`
+    (nominal) or `fraction` of the capacity is what is left for others."""
 
     at: At
     action: Literal["congest_link"]
@@ -125,7 +126,7 @@ class CongestLinkAction(_Strict):
 
 
 class ClearLinkAction(_Strict):
-    """Give a congested link direction (or both) its capacity back."""
+    """Stop the traffic a congest_link put on a link direction (or both)."""
 
     at: At
     action: Literal["clear_link"]
@@ -149,13 +150,52 @@ Action = Annotated[
 ACTIONS = ("transfer", "reserve", "fail_link", "restore_link", "congest_link", "clear_link", "release")
 
 
+Seconds = Annotated[float, Field(gt=0, le=3600)]
+Count = Annotated[int, Field(ge=0, strict=True)]
+
+
+class ReactedWithin(_Strict):
+    """Seconds from a cause's onset to the move off it, per kind of cause (absent: not checked).
+    A plain number is both (`shorthand`)."""
+
+    congestion: Seconds | None = None
+    failure: Seconds | None = None
+    _shorthand: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _number_is_both(cls, value: Any, handler: Any) -> ReactedWithin:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            made = handler({"congestion": value, "failure": value})
+            made._shorthand = True
+            return made
+        if not isinstance(value, dict | ReactedWithin):
+            raise PydanticCustomError("reacted_within", "seconds (a number), or {congestion: S, failure: S}")
+        return handler(value)
+
+    @model_validator(mode="after")
+    def _one_at_least(self) -> ReactedWithin:
+        if self.congestion is None and self.failure is None:
+            raise ValueError("give congestion, failure or both (seconds)")
+        return self
+
+    @property
+    def shorthand(self) -> bool:
+        """Whether the file gave one number for both kinds of cause."""
+        return self._shorthand
+
+
 class Expectations(_Strict):
     """What the run must show; each one absent (or never_overbooked false) is not checked."""
 
     aggregate_rate: Annotated[float, Field(gt=0, le=100)] | None = None
-    resume_within: Annotated[float, Field(gt=0, le=3600)] | None = None
+    resume_within: Seconds | None = None
     never_overbooked: bool = True
-    reroutes_at_least: Annotated[int, Field(ge=0, strict=True)] | None = None
+    reroutes_at_least: Count | None = None
+    reroutes_at_most: Count | None = None
+    unexplained_moves_at_most: Count | None = None
+    never_onto_congested: bool = False
+    reacted_within: ReactedWithin | None = None
 
 
 class Scenario(_Strict):
@@ -325,6 +365,7 @@ def check_scenario(scenario: Scenario, topology: Topology) -> list[str]:
     congested: set[tuple[str, str | None]] = set()
     link_ends = {link.label: (link.a, link.b) for link in topology.spec.links}
     fails = 0
+    congests = 0
     transfers = 0
     for i, action in scenario.ordered():
         where = f"timeline[{i}]"
@@ -353,6 +394,9 @@ def check_scenario(scenario: Scenario, topology: Topology) -> list[str]:
             transfers += 1
             if action.engine not in ENGINES:
                 problems.append(f"{where}.engine: {action.engine!r} is unknown; one of {', '.join(ENGINES)}")
+            if action.pace is not None and action.pace >= action.bandwidth:
+                problems.append(f"{where}.pace: {format_bandwidth(action.pace)} is not below the bandwidth "
+                                f"({format_bandwidth(action.bandwidth)}); a paced sender sends less than it booked")
             if (action.size is None) == (action.until is None):
                 problems.append(f"{where}: give exactly one of size (nominal bytes) and until: release")
             elif action.until == "release" and not any(
@@ -397,9 +441,7 @@ def check_scenario(scenario: Scenario, topology: Topology) -> list[str]:
                         if action.rate >= direction.capacity:
                             problems.append(f"{where}.rate: {format_bandwidth(action.rate)} is not below the "
                                             f"capacity of {direction.id} ({format_bandwidth(direction.capacity)})")
-                        elif emulated_mbps(action.rate, scale) < MIN_TCLINK_MBPS:
-                            problems.append(f"{where}.rate: {format_bandwidth(action.rate)} x {scale:g} is below "
-                                            f"{MIN_TCLINK_MBPS:g} Mbit/s, which tc cannot shape")
+                congests += 1
                 congested.add((action.link, side))
             elif isinstance(action, ClearLinkAction):
                 if (action.link, side) not in congested:
@@ -409,6 +451,15 @@ def check_scenario(scenario: Scenario, topology: Topology) -> list[str]:
     expect = scenario.expectations
     if expect.resume_within is not None and not fails:
         problems.append("expectations.resume_within: the timeline fails no link")
+    reacted = expect.reacted_within
+    if reacted is not None:
+        shorthand = reacted.shorthand
+        if not fails and not congests:
+            problems.append("expectations.reacted_within: the timeline fails and congests no link")
+        elif reacted.failure is not None and not fails and not shorthand:
+            problems.append("expectations.reacted_within.failure: the timeline fails no link")
+        elif reacted.congestion is not None and not congests and not shorthand:
+            problems.append("expectations.reacted_within.congestion: the timeline congests no link")
     if expect.aggregate_rate is not None and not transfers:
         problems.append("expectations.aggregate_rate: the timeline starts no transfer")
     return problems

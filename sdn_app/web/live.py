@@ -5,6 +5,10 @@ reservations and the links the core holds down; a subscription to `worker.hub` f
 reservation events), and the switches only through the fabric's thread-safe snapshots
 (`fabric.utilization()`, `fabric.link_status()`). It owns nothing the core decides with.
 
+Congestion is the core's own verdict (`ReservationBook.conditions`, read through the worker
+with the snapshot): each congested link direction is marked with its measured load and the part
+that is not the controller's; each reservation carries the reason of its last move.
+
 Threads: one follows the reservation events, one ticks every `interval` seconds (loads, link
 states, throughput history, metrics). Each page's server-sent-events stream is a queue fed by
 both: `subscribe()` returns the queue, whose first message is the full snapshot; then
@@ -22,6 +26,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from sdn_app.core.congestion import Condition
+from sdn_app.core.decisions import verdict
 from sdn_app.core.reservations import Event, Principal, Reservation, Role, State
 from sdn_app.core.topology import Topology
 from sdn_app.core.units import format_bandwidth
@@ -51,14 +57,26 @@ def load_json(load: DirectionLoad) -> dict[str, Any]:
             "fraction": _ratio(load.fraction)}
 
 
-def reservation_json(r: Reservation) -> dict[str, Any]:
+def reservation_json(r: Reservation, last_move: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A live reservation for the page; `last_move`: when, why and the reason of its last move."""
     primary = r.route.primary if r.route is not None else None
     backup = r.route.backup if r.route is not None else None
     return {"id": r.id, "name": r.name, "owner": r.owner, "src": r.request.src, "dst": r.request.dst,
             "bandwidth_bps": r.request.bandwidth, "bandwidth": format_bandwidth(r.request.bandwidth),
-            "state": r.state.value, "reason": r.reason,
+            "state": r.state.value, "reason": r.reason, "verdict": verdict(r.reason),
             "switches": list(primary.switches) if primary else [], "links": list(primary.links) if primary else [],
-            "backup_links": list(backup.links) if backup else [], "labels": dict(r.labels)}
+            "backup_links": list(backup.links) if backup else [], "labels": dict(r.labels), "last_move": last_move}
+
+
+def congestion_text(c: Condition) -> str:
+    """e.g. "97% of 1T, 560G not ours"."""
+    return f"{c.fraction:.0%} of {format_bandwidth(c.capacity)}, {format_bandwidth(int(c.unowned_bps))} not ours"
+
+
+def condition_json(c: Condition) -> dict[str, Any]:
+    return {"id": c.direction, "link": c.link, "congested": c.congested, "measured_bps": _rate(c.measured_bps),
+            "unowned_bps": _rate(c.unowned_bps), "fraction": _ratio(c.fraction), "since": c.since,
+            "text": congestion_text(c)}
 
 
 def event_verb(event: Event) -> str:
@@ -98,11 +116,16 @@ class LiveMap:
         self.wall_clock = wall_clock
         self.metrics = ControllerMetrics()
         self.layout = map_layout(topology)
+        self._shown_directions = {d.id: (d.link, d.src, d.dst) for d in topology.directions.values()
+                                  if not d.is_access}
+        self._congested: list[dict[str, Any]] = []  # every congested direction, access links included
         self._idle_meter = UtilizationMeter(topology, scale)  # no samples: every load unknown
         self._lock = threading.Lock()
         self._clients: set[queue.Queue] = set()
         self._reservations: dict[str, dict[str, Any]] = {}
         self._links: dict[str, dict[str, Any]] = {}
+        self._last_moves: dict[str, dict[str, Any]] = {}  # live reservation -> its last move
+        self._conditions: dict[str, Condition] = {}  # the core's congestion verdicts at the last tick
         self._events: deque[dict[str, Any]] = deque(maxlen=RECENT_EVENTS)
         self._history: deque[dict[str, Any]] = deque(maxlen=max(2, int(HISTORY_SECONDS / interval)))
         self._stop = threading.Event()
@@ -175,13 +198,19 @@ class LiveMap:
         self.metrics.observe_events([event])
         data = event_json(event)
         r = event.reservation
+        cause = reroute_cause(event)
         with self._lock:
             self._events.append(data)
             if r.state.is_final:
+                self._last_moves.pop(r.id, None)
+            elif cause is not None:
+                self._last_moves[r.id] = {"time": event.time, "cause": cause, "reason": event.reason}
+            shown = reservation_json(r, self._last_moves.get(r.id))
+            if r.state.is_final:
                 self._reservations.pop(r.id, None)
             else:
-                self._reservations[r.id] = reservation_json(r)
-        self._broadcast("reservation", {"event": data, "reservation": reservation_json(r)})
+                self._reservations[r.id] = shown
+        self._broadcast("reservation", {"event": data, "reservation": shown})
 
     # -- the tick ---------------------------------------------------------------------------
 
@@ -193,13 +222,13 @@ class LiveMap:
                 log.exception("live map tick failed")
             self._stop.wait(self.interval)
 
-    def _core_view(self) -> tuple[list[Reservation], frozenset[str], dict[str, int]] | None:
+    def _core_view(self) -> tuple[list[Reservation], frozenset[str], dict[str, int], list[Condition]] | None:
         if not getattr(self.worker, "running", True):
             return None
         book = self.worker.book
         try:
-            return self.worker.call(lambda: (book.snapshot(VIEWER), book.down_links(), dict(book.refusals)),
-                                    timeout=5.0)
+            return self.worker.call(lambda: (book.snapshot(VIEWER), book.down_links(), dict(book.refusals),
+                                             book.conditions()), timeout=5.0)
         except Exception as why:  # shutting down, or the core is busy: try again next tick
             log.debug("live map: no core snapshot this tick: %s", why)
             return None
@@ -212,6 +241,7 @@ class LiveMap:
         core = self._core_view() if core else None
         down_in_core = core[1] if core is not None else frozenset(
             name for name, link in self._links.items() if link["state"] == "down")
+        conditions = {c.direction: c for c in core[3]} if core is not None else self._conditions
         by_link: dict[str, list[DirectionLoad]] = {}
         for load in loads.values():
             if not load.is_access:
@@ -227,20 +257,29 @@ class LiveMap:
             reason = seen.reason if seen is not None else ("reported down" if state == "down" else "")
             forward, backward = self.topology.link_directions[name]
             directions = [load_json(loads[d.id]) for d in (forward, backward) if d.id in loads]
+            for direction in directions:
+                condition = conditions.get(direction["id"])
+                direction["congested"] = condition is not None and condition.congested
+                direction["congestion"] = condition_json(condition) if condition is not None else None
+            congested = [d["congestion"]["text"] for d in directions if d["congested"]]
             peak = max((d["fraction"] or 0.0 for d in directions), default=0.0)
             links[name] = {"name": name, "a": spec.a, "b": spec.b, "kind": spec.kind, "state": state,
-                           "reason": reason, "fraction": round(peak, 4), "directions": directions}
+                           "reason": reason, "fraction": round(peak, 4), "directions": directions,
+                           "congested": bool(congested), "congestion": "; ".join(congested)}
             before = self._links.get(name)
             if before is not None and (before["state"] == "down") != (state == "down"):
                 changes.append({"kind": "link", "time": now, "link": name, "up": state != "down",
                                 "verb": "up" if state != "down" else "down",
                                 "text": f"link {name} {'up' if state != 'down' else 'down'}"
                                         + (f": {reason}" if reason else "")})
-        reservations = {r.id: reservation_json(r) for r in core[0]} if core is not None else None
+        congested = [condition_json(c) for c in sorted(conditions.values(), key=lambda c: c.direction)
+                     if c.congested]
         measured = aggregate_bps(loads.values())
         with self._lock:
-            if reservations is not None:
-                self._reservations = reservations
+            self._conditions = conditions
+            self._congested = congested
+            if core is not None:
+                self._reservations = {r.id: reservation_json(r, self._last_moves.get(r.id)) for r in core[0]}
             reserved = sum(r["bandwidth_bps"] for r in self._reservations.values()
                            if r["state"] in ("ACTIVE", "MOVING", "DEGRADED"))
             point = {"time": now, "measured_bps": round(measured, 1), "reserved_bps": reserved}
@@ -251,11 +290,12 @@ class LiveMap:
             for r in self._reservations.values():
                 counts[r["state"]] = counts.get(r["state"], 0) + 1
             tick = {"time": now, "links": list(links.values()), "reservations": list(self._reservations.values()),
-                    "throughput": point}
+                    "congested": congested, "throughput": point}
         self.metrics.set_links(loads, {name: link["state"] != "down" for name, link in links.items()})
         self.metrics.set_reservations(counts)
         if core is not None:
             self.metrics.set_refusals(core[2])
+            self.metrics.set_congestion(core[3], self._shown_directions)
         self.metrics.throughput.set(measured)
         for change in changes:
             self._broadcast("link", change)
@@ -284,7 +324,8 @@ class LiveMap:
     def _snapshot_locked(self) -> dict[str, Any]:
         return {"time": self.wall_clock(), "scale": self.scale, "topology": self.topology_json(),
                 "links": list(self._links.values()), "reservations": list(self._reservations.values()),
-                "events": list(self._events)[-50:], "throughput": list(self._history)}
+                "congested": list(self._congested), "events": list(self._events)[-50:],
+                "throughput": list(self._history)}
 
     def snapshot(self) -> dict[str, Any]:
         """Everything the page draws: topology with coordinates, links with state and load,

@@ -9,7 +9,16 @@ Families (all prefixed `tsdn_`):
 - `reservations{state}`: live reservations by state.
 - `admissions_refused_total{reason}`: create requests the core refused (no_capacity,
   failed_precondition).
-- `reroutes_total{cause}`: reservations moved to another route (link, congestion, other).
+- `reroutes_total{cause}`: reservations moved to another route (link, congestion, rearrangement:
+  moved to make room for a congested one, other).
+- `reroute_decisions_total{verdict}`: decisions of rate-driven rerouting, from the reasons of the
+  reservation events (`core.decisions.verdict`): moved, rearranged, and not moved because the
+  hosts are the limit (hosts), held down (held), the move budget is spent (budget), no path has
+  measured headroom (no_room), the path is not measured (unmeasured), or the congestion is on a
+  DTN's access link (access).
+- `link_congested{link,src,dst}`: 1 while the controller judges a link direction congested, 0
+  when it measured it clear (`LinkWatch`); `link_unowned_bits_per_second`: the load measured there
+  beyond the controller's own reservations (nominal). Directions not measured have no sample.
 - `reservation_setup_seconds`: histogram of the time from a reservation's creation to ACTIVE.
 - `ledger_repairs_total{cause,action}`: reservations whose loaded booking no longer fit the
   topology (cause: capacity, link_removed, dtn_removed), and what was done (rerouted, degraded,
@@ -25,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from sdn_app.core import decisions
+from sdn_app.core.congestion import Condition
 from sdn_app.core.reservations import Event, State
 from sdn_app.core.utilization import DirectionLoad
 
@@ -37,16 +48,12 @@ LEDGER_REPAIRS = (("capacity", "rerouted"), ("capacity", "degraded"), ("capacity
 
 
 def reroute_cause(event: Event) -> str | None:
-    """Why `event` moved its reservation to another route (link, congestion, other), or None
+    """Why `event` moved its reservation to another route (`core.decisions.CAUSES`), or None
     when it is no move: the book's moves say `...: moving to <path>` (MOVING with switches,
     the same state on a ledger-only controller); the confirmation after is not counted again."""
-    if event.previous is None or "moving to " not in event.reason:
+    if event.previous is None:
         return None
-    if event.reason.startswith("link "):
-        return "link"
-    if event.reason.startswith("congested"):
-        return "congestion"
-    return "other"
+    return decisions.reroute_cause(event.reason)
 
 
 class ControllerMetrics:
@@ -72,6 +79,14 @@ class ControllerMetrics:
         self.refused = Counter("tsdn_admissions_refused", "Reservation requests refused by the core",
                                ("reason",), registry=r)
         self.reroutes = Counter("tsdn_reroutes", "Reservations moved to another route", ("cause",), registry=r)
+        self.decisions = Counter("tsdn_reroute_decisions", "Decisions of rate-driven rerouting, by verdict",
+                                 ("verdict",), registry=r)
+        self.link_congested = Gauge("tsdn_link_congested",
+                                    "1 while a link direction is judged congested, 0 when measured clear", labels,
+                                    registry=r)
+        self.link_unowned = Gauge("tsdn_link_unowned_bits_per_second",
+                                  "Load measured on a link direction beyond the controller's own reservations "
+                                  "(nominal)", labels, registry=r)
         self.setup = Histogram("tsdn_reservation_setup_seconds",
                                "Time from a reservation's creation to ACTIVE", buckets=SETUP_BUCKETS, registry=r)
         self.ledger_repairs = Counter("tsdn_ledger_repairs",
@@ -87,8 +102,10 @@ class ControllerMetrics:
         self._refused_seen: dict[str, int] = {}
         for reason in ("no_capacity", "failed_precondition"):
             self.refused.labels(reason)
-        for cause in ("link", "congestion", "other"):
+        for cause in decisions.CAUSES:
             self.reroutes.labels(cause)
+        for kind in decisions.VERDICTS:
+            self.decisions.labels(kind)
 
     def observe_events(self, events: Iterable[Event]) -> None:
         """Count reroutes and time setups from reservation events."""
@@ -96,6 +113,8 @@ class ControllerMetrics:
             cause = reroute_cause(event)
             if cause is not None:
                 self.reroutes.labels(cause).inc()
+            if event.previous is not None and (kind := decisions.verdict(event.reason)) is not None:
+                self.decisions.labels(kind).inc()
             if event.reservation.state is State.ACTIVE and event.previous is State.PROVISIONING:
                 self.setup.observe(max(0.0, event.time - event.reservation.created))
 
@@ -116,6 +135,20 @@ class ControllerMetrics:
             self.link_ratio.labels(*key).set(load.fraction or 0.0)
         for link, is_up in up.items():
             self.link_up.labels(link).set(1 if is_up else 0)
+
+    def set_congestion(self, conditions: Iterable[Condition], directions: Mapping[str, tuple[str, str, str]]) -> None:
+        """Set the congestion gauges from the core's verdicts; `directions`: id -> (link, src, dst)
+        of every direction shown. A direction no longer measured loses its samples."""
+        measured = {c.direction: c for c in conditions}
+        for direction, key in directions.items():
+            condition = measured.get(direction)
+            if condition is None:
+                for gauge in (self.link_congested, self.link_unowned):
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(*key)
+                continue
+            self.link_congested.labels(*key).set(1 if condition.congested else 0)
+            self.link_unowned.labels(*key).set(condition.unowned_bps)
 
     def set_refusals(self, totals: Mapping[str, int]) -> None:
         """Bring the refusal counters up to the core's totals (`ReservationBook.refusals`)."""

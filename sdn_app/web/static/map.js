@@ -72,6 +72,8 @@ function drawTopology(topo) {
                  stroke: loadColor(null), "stroke-width": 2 }, g);
     el("line", { class: "dir", "data-dir": "ba", x1: x1 + nx, y1: y1 + ny, x2: x2 + nx, y2: y2 + ny,
                  stroke: loadColor(null), "stroke-width": 2 }, g);
+    // the congested directions' load, shown only while the controller judges one congested
+    el("text", { class: "congestion-label", x: (x1 + x2) / 2, y: (y1 + y2) / 2 - 12, "text-anchor": "middle" }, g);
   }
   const switches = document.getElementById("switches");
   for (const s of topo.switches) {
@@ -90,6 +92,9 @@ function updateLinks(links) {
     if (!g) continue;
     g.setAttribute("data-state", link.state);
     g.setAttribute("data-fraction", link.fraction);
+    g.setAttribute("data-congested", link.congested ? "1" : "0");
+    const label = g.querySelector("text.congestion-label");
+    if (label) label.textContent = link.congested ? link.congestion : "";
     const parts = [];
     for (const d of link.directions) {
       const which = d.src === link.a ? "ab" : "ba";
@@ -98,9 +103,11 @@ function updateLinks(links) {
         line.setAttribute("stroke", loadColor(d.fraction));
         line.setAttribute("stroke-width", loadWidth(d.fraction));
         line.setAttribute("data-direction", d.id);
+        line.setAttribute("data-congested", d.congested ? "1" : "0");
       }
       parts.push(`${d.src}→${d.dst}: ${fmtBps(d.nominal_bps)} of ${fmtBps(d.capacity_bps)}` +
-                 (d.fraction === null ? "" : ` (${(100 * d.fraction).toFixed(1)}%)`));
+                 (d.fraction === null ? "" : ` (${(100 * d.fraction).toFixed(1)}%)`) +
+                 (d.congested ? `, CONGESTED: ${d.congestion.text}` : ""));
     }
     g.querySelector("title").textContent = `${link.name} [${link.state}]${link.reason ? " " + link.reason : ""}\n` +
       parts.join("\n");
@@ -140,10 +147,24 @@ function drawReservations() {
     const li = document.createElement("li");
     li.setAttribute("data-reservation", r.id);
     li.innerHTML = `<span class="swatch" style="background:${color}"></span>` +
-      `<span class="who"></span><span class="state"></span>`;
+      `<span class="who"></span><span class="state"></span><div class="why"></div>`;
     li.querySelector(".who").textContent = `${r.src}→${r.dst} ${r.bandwidth} via ${r.switches.join("›")}`;
     li.querySelector(".state").textContent = r.state;
+    // why it is where it is: its last move's reason, and a rerouting verdict that keeps it there
+    const why = [];
+    if (r.last_move) {
+      why.push(`moved ${new Date(r.last_move.time * 1000).toLocaleTimeString()} (${r.last_move.cause}): ` +
+               r.last_move.reason);
+      li.setAttribute("data-move-cause", r.last_move.cause);
+    }
+    if (r.verdict && r.verdict !== "moved" && r.reason !== (r.last_move && r.last_move.reason)) {
+      why.push(`${r.verdict === "rearranged" ? "rearranging" : "not moved (" + r.verdict + ")"}: ${r.reason}`);
+    }
+    li.querySelector(".why").textContent = why.join("\n");
     li.title = r.reason || "";
+    line.replaceChildren();
+    el("title", {}, line).textContent = `${r.src}→${r.dst} ${r.bandwidth} [${r.state}]` +
+      (why.length ? "\n" + why.join("\n") : r.reason ? "\n" + r.reason : "");
     legend.appendChild(li);
     if (["ACTIVE", "MOVING", "DEGRADED"].includes(r.state)) reserved += r.bandwidth_bps;
   });
@@ -201,6 +222,18 @@ function addThroughput(point) {
 
 // -- the feed ---------------------------------------------------------------------------
 
+function drawCongestion(list) {
+  const ul = document.getElementById("congestion");
+  ul.replaceChildren();
+  for (const c of list || []) {
+    const li = document.createElement("li");
+    li.setAttribute("data-direction", c.id);
+    li.textContent = `${c.id}: ${c.text}`;
+    ul.appendChild(li);
+  }
+  if (!ul.children.length) ul.innerHTML = '<li class="empty">no congested link</li>';
+}
+
 function setReservations(list) {
   state.reservations = {};
   for (const r of list) state.reservations[r.id] = r;
@@ -210,6 +243,7 @@ function setReservations(list) {
 function onSnapshot(snap) {
   drawTopology(snap.topology);
   updateLinks(snap.links);
+  drawCongestion(snap.congested);
   setReservations(snap.reservations);
   document.getElementById("events").replaceChildren();
   for (const ev of snap.events) addEvent(ev);
@@ -227,6 +261,7 @@ function connect() {
   source.addEventListener("tick", (e) => {
     const tick = JSON.parse(e.data);
     updateLinks(tick.links);
+    drawCongestion(tick.congested);
     setReservations(tick.reservations);
     addThroughput(tick.throughput);
   });

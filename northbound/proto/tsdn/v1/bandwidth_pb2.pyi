@@ -70,7 +70,7 @@ class Path(_message.Message):
     def __init__(self, route: _Optional[_Iterable[str]] = ..., hops: _Optional[_Iterable[_Union[Hop, _Mapping]]] = ..., links: _Optional[_Iterable[str]] = ..., hop_count: _Optional[int] = ..., latency_ms: _Optional[float] = ..., free_bps: _Optional[int] = ..., bottleneck: _Optional[str] = ...) -> None: ...
 
 class Reservation(_message.Message):
-    __slots__ = ("name", "id", "owner", "source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "state", "state_reason", "path", "backup_path", "create_time", "update_time")
+    __slots__ = ("name", "id", "owner", "source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "state", "state_reason", "path", "backup_path", "create_time", "update_time", "history")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +99,7 @@ class Reservation(_message.Message):
     BACKUP_PATH_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
     name: str
     id: str
     owner: str
@@ -120,7 +121,18 @@ class Reservation(_message.Message):
     backup_path: Path
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    history: _containers.RepeatedCompositeFieldContainer[ReservationHistory]
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[ReservationHistory, _Mapping]]] = ...) -> None: ...
+
+class ReservationHistory(_message.Message):
+    __slots__ = ("time", "state", "reason")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    time: _timestamp_pb2.Timestamp
+    state: ReservationState
+    reason: str
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CreateReservationRequest(_message.Message):
     __slots__ = ("source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "validate_only")

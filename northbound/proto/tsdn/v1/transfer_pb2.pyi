@@ -36,7 +36,7 @@ class FileList(_message.Message):
     def __init__(self, paths: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StartTransferRequest(_message.Message):
-    __slots__ = ("src_dtn", "dst_dtn", "bandwidth_bps", "size_bytes", "files", "destination", "streams", "engine", "policy", "request_id")
+    __slots__ = ("src_dtn", "dst_dtn", "bandwidth_bps", "size_bytes", "files", "destination", "streams", "engine", "policy", "request_id", "pace_bps")
     SRC_DTN_FIELD_NUMBER: _ClassVar[int]
     DST_DTN_FIELD_NUMBER: _ClassVar[int]
     BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class StartTransferRequest(_message.Message):
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PACE_BPS_FIELD_NUMBER: _ClassVar[int]
     src_dtn: str
     dst_dtn: str
     bandwidth_bps: int
@@ -57,10 +58,11 @@ class StartTransferRequest(_message.Message):
     engine: str
     policy: _bandwidth_pb2.PathPolicy
     request_id: str
-    def __init__(self, src_dtn: _Optional[str] = ..., dst_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Union[FileList, _Mapping]] = ..., destination: _Optional[str] = ..., streams: _Optional[int] = ..., engine: _Optional[str] = ..., policy: _Optional[_Union[_bandwidth_pb2.PathPolicy, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    pace_bps: int
+    def __init__(self, src_dtn: _Optional[str] = ..., dst_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Union[FileList, _Mapping]] = ..., destination: _Optional[str] = ..., streams: _Optional[int] = ..., engine: _Optional[str] = ..., policy: _Optional[_Union[_bandwidth_pb2.PathPolicy, str]] = ..., request_id: _Optional[str] = ..., pace_bps: _Optional[int] = ...) -> None: ...
 
 class Transfer(_message.Message):
-    __slots__ = ("name", "owner", "src_dtn", "dst_dtn", "bandwidth_bps", "size_bytes", "files", "destination", "streams", "engine", "state", "reason", "reservation", "create_time", "update_time", "rate", "receiver_rate", "checksums_verified", "path", "nominal_bps")
+    __slots__ = ("name", "owner", "src_dtn", "dst_dtn", "bandwidth_bps", "size_bytes", "files", "destination", "streams", "engine", "state", "reason", "reservation", "create_time", "update_time", "rate", "receiver_rate", "checksums_verified", "path", "nominal_bps", "pace_bps")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     SRC_DTN_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +83,7 @@ class Transfer(_message.Message):
     CHECKSUMS_VERIFIED_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     NOMINAL_BPS_FIELD_NUMBER: _ClassVar[int]
+    PACE_BPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     owner: str
     src_dtn: str
@@ -101,7 +104,8 @@ class Transfer(_message.Message):
     checksums_verified: bool
     path: _containers.RepeatedScalarFieldContainer[str]
     nominal_bps: float
-    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., src_dtn: _Optional[str] = ..., dst_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Iterable[str]] = ..., destination: _Optional[str] = ..., streams: _Optional[int] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[TransferState, str]] = ..., reason: _Optional[str] = ..., reservation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rate: _Optional[_Union[_agent_pb2.RateReport, _Mapping]] = ..., receiver_rate: _Optional[_Union[_agent_pb2.RateReport, _Mapping]] = ..., checksums_verified: _Optional[bool] = ..., path: _Optional[_Iterable[str]] = ..., nominal_bps: _Optional[float] = ...) -> None: ...
+    pace_bps: int
+    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., src_dtn: _Optional[str] = ..., dst_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Iterable[str]] = ..., destination: _Optional[str] = ..., streams: _Optional[int] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[TransferState, str]] = ..., reason: _Optional[str] = ..., reservation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rate: _Optional[_Union[_agent_pb2.RateReport, _Mapping]] = ..., receiver_rate: _Optional[_Union[_agent_pb2.RateReport, _Mapping]] = ..., checksums_verified: _Optional[bool] = ..., path: _Optional[_Iterable[str]] = ..., nominal_bps: _Optional[float] = ..., pace_bps: _Optional[int] = ...) -> None: ...
 
 class GetTransferRequest(_message.Message):
     __slots__ = ("name",)
