@@ -45,3 +45,27 @@ def test_an_impossible_expectation_fails_with_exit_1_and_is_named(clean_mininet,
     assert "FAIL reroutes_at_least: measured" in run.stdout and "expected >= 99 reroute(s)" in run.stdout
     assert "PASS aggregate_rate:" in run.stdout
     assert "reroutes_at_least" in (out / "report.html").read_text()
+
+
+def test_congestion_is_routed_around_and_only_for_a_measured_cause(clean_mininet, tmp_path):
+    """ring-reroute: real cross traffic congests s7 -> s8; the transfers it slows (forwards or by
+    their acks) move off it, every move has a cause on its old path and none lands on congestion."""
+    out = tmp_path / "report"
+    run = demo("ring-reroute", "--out", str(out))
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    for name in ("unexplained_moves_at_most", "never_onto_congested", "reacted_within"):
+        assert f"PASS {name}:" in run.stdout
+    events = [yaml.safe_load(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    reasons = [e["details"]["reason"] for e in events if e["kind"] == "reroute"]
+    for_congestion = [r for r in reasons if r.startswith("congested: ")]
+    assert for_congestion and all("s7:1->s8:2 at " in r for r in for_congestion), reasons
+
+
+def test_a_host_limited_transfer_is_never_moved(clean_mininet, tmp_path):
+    out = tmp_path / "report"
+    run = demo("host-limited", "--out", str(out))
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert "PASS reroutes_at_most: measured 0 reroute(s)" in run.stdout
+    assert "limited by the hosts: path links at most" in run.stdout
+    kinds = [yaml.safe_load(line)["kind"] for line in (out / "events.jsonl").read_text().splitlines()]
+    assert "reroute" not in kinds
