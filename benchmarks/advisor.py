@@ -507,22 +507,20 @@ def request(clock: FakeClock, tr: Transfer) -> PathRequest:
 
 def run_core(topology: Topology, episode: Episode, directory: FilePath, seed: int) -> Outcome:
     """The episode through the new core: observe_loads and report_rate every second."""
-    clock = FakeClock()
-    ledger = Ledger(topology.capacities(), directory / f"core-{episode.number}.db", clock)
-    try:
-        book = ReservationBook(topology, ledger, clock, provisioning=False)
-        return _drive(topology, episode, book, clock, seed, core=True)
-    finally:
-        ledger.close()
+    return _run(topology, episode, directory, seed, core=True)
 
 
 def run_baseline(topology: Topology, episode: Episode, directory: FilePath, seed: int) -> Outcome:
     """The episode through the previous policy: 3 low reports -> away from every link of the path."""
+    return _run(topology, episode, directory, seed, core=False)
+
+
+def _run(topology: Topology, episode: Episode, directory: FilePath, seed: int, core: bool) -> Outcome:
     clock = FakeClock()
-    ledger = Ledger(topology.capacities(), directory / f"baseline-{episode.number}.db", clock)
+    ledger = Ledger(topology.capacities(), directory / f"{'core' if core else 'baseline'}-{episode.number}.db", clock)
     try:
         book = ReservationBook(topology, ledger, clock, provisioning=False)
-        return _drive(topology, episode, book, clock, seed, core=False)
+        return _drive(topology, episode, book, clock, seed, core=core)
     finally:
         ledger.close()
 

@@ -7,7 +7,6 @@ The screenshot is kept in artifacts/map.png (repo root, ignored by git).
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -16,32 +15,16 @@ import pytest
 from benchmarks.report import free_port
 from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges, tsdn
 from mininet_tests.traffic import start_iperf3
+from tests.browser import chromium
 from tests.waiting import wait_for
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e .[test])")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 REROUTE_WITHIN = 10.0  # seconds from the cut to the new route on the page
 
 
 @pytest.fixture
 def browser():
-    if not Path(CHROMEDRIVER).exists() or not (shutil.which("chromium") or Path("/usr/bin/chromium").exists()):
-        pytest.skip("chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1600,1000", "--force-device-scale-factor=1"):
-        options.add_argument(flag)
-    if Path("/usr/bin/chromium").exists():
-        options.binary_location = "/usr/bin/chromium"
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    yield from chromium()
 
 
 @pytest.fixture

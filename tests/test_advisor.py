@@ -193,18 +193,23 @@ def test_hold_down_budget_and_no_straight_back(env):
     assert env.book.get(RUCIO, r.name).state is State.MOVING
 
 
-def test_a_rearrangement_makes_room_in_an_order_that_never_overfills_a_link(tmp_path):
-    env = mesh(tmp_path)
-    # Fill c->b and d->b with 50G each, then R (60G) on a->b: no other way has 60G left.
+def rearranged(env):
+    """On the mesh: c->b and d->b carry 50G each, R (60G) on a->b is congested: only moving one of
+    the others makes room. Returns (s, t, r) after R's third low report (the rearrangement announced)."""
     s = active(env, "dtnc", "dtnb", bandwidth=50 * G)
     t = active(env, "dtnd", "dtnb", bandwidth=50 * G)
     r = active(env, "dtna", "dtnb", bandwidth=60 * G)
-    assert path_of(env, r) == ("a", "b")
-    env.book.take_events()
-    measured = {"a:1->b:1": 99 * G, "c:2->b:2": 50 * G, "d:2->b:3": 50 * G}
     for reporter in (s, t):
-        env.book.report_rate(AGENT, reporter.name, 50 * G)
-    now = tick(env, r, 10 * G, measured, times=3)
+        env.book.report_rate(RUCIO, reporter.name, 50 * G)
+    env.book.take_events()
+    tick(env, r, 10 * G, {"a:1->b:1": 99 * G, "c:2->b:2": 50 * G, "d:2->b:3": 50 * G}, times=3)
+    return s, t, r
+
+
+def test_a_rearrangement_makes_room_in_an_order_that_never_overfills_a_link(tmp_path):
+    env = mesh(tmp_path)
+    s, t, r = rearranged(env)
+    now = env.book.get(RUCIO, r.name)
     assert "rearranging to make room: moving reservations/" in now.reason
     changes = env.book.take_changes()
     assert [c.reservation_id for c in changes] == [s.id]  # only the displaced one, first

@@ -15,7 +15,7 @@ from sdn_app.core.congestion import ReroutePolicy
 from sdn_app.core.decisions import reroute_cause, verdict
 from sdn_app.core.reservations import HISTORY_LENGTH, Principal, ReservationBook, Role, State
 from tests.switched import RUCIO, G, active, confirm, measured_loads, switched_ring8
-from tests.test_advisor import S2_S3, mesh, tick
+from tests.test_advisor import S2_S3, mesh, rearranged, tick
 from tests.waiting import wait_for
 
 ADMIN = Principal("ops", Role.ADMIN)
@@ -115,13 +115,7 @@ def test_budget_no_room_and_access_verdicts_are_named(env):
 
 def test_a_rearrangement_is_one_decision_and_its_moves_have_their_cause(tmp_path):
     env = mesh(tmp_path)
-    s = active(env, "dtnc", "dtnb", bandwidth=50 * G)
-    t = active(env, "dtnd", "dtnb", bandwidth=50 * G)
-    r = active(env, "dtna", "dtnb", bandwidth=60 * G)
-    for reporter in (s, t):
-        env.book.report_rate(RUCIO, reporter.name, 50 * G)
-    env.book.take_events()
-    tick(env, r, 10 * G, {"a:1->b:1": 99 * G, "c:2->b:2": 50 * G, "d:2->b:3": 50 * G}, times=3)
+    s, _t, r = rearranged(env)
     confirm(env)
     confirm(env)
     named = [(e.reservation.id, verdict(e.reason), reroute_cause(e.reason)) for e in env.book.take_events()]

@@ -7,21 +7,20 @@ HTTP and in a real headless Chromium."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from northbound.client import TsdnClient
-from sdn_app.core.reservations import Principal, Role
+from sdn_app.core.reservations import WIRE_OVERHEAD, Principal, Role
 from sdn_app.web.metrics import ControllerMetrics
-from tests.switched import RUCIO, G, active, confirm, measured_loads
-from tests.test_advisor import S2_S3, mesh, tick
+from tests.browser import chromium
+from tests.switched import G, confirm, measured_loads
+from tests.test_advisor import S2_S3, mesh, rearranged
 from tests.test_web import get
 from tests.waiting import wait_for
 
 ADMIN = Principal("ops", Role.ADMIN)
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 
 
@@ -60,16 +59,16 @@ def test_the_map_marks_congestion_and_tells_why_a_reservation_moved(congested):
     wait_for(lambda: link(snapshot(controller), "s2-s3")["congested"], "s2-s3 marked congested on the map")
     snap = snapshot(controller)
     s2s3 = link(snap, "s2-s3")
-    assert s2s3["congestion"] == "98% of 100G, 90G not ours"
+    assert s2s3["congestion"] == "98% of 100G, 89.6G not ours"
     forward, backward = sorted(s2s3["directions"], key=lambda d: d["id"] != S2_S3)
-    assert forward["congested"] and forward["congestion"]["unowned_bps"] == 90 * G
+    assert forward["congested"] and forward["congestion"]["unowned_bps"] == 98 * G - 8 * G * WIRE_OVERHEAD
     assert not backward["congested"]  # measured, idle: clear
     assert not any(x["congested"] for x in snap["links"] if x["name"] != "s2-s3")
     assert [c["id"] for c in snap["congested"]] == [S2_S3]
     mine = next(r for r in snap["reservations"] if r["id"] == rid)
     assert mine["switches"][:2] == ["s1", "s8"]
     assert mine["last_move"]["cause"] == "congestion"
-    assert "congested: s2:1->s3:2 at 98% of 100G, 90G not the controller's" in mine["last_move"]["reason"]
+    assert "congested: s2:1->s3:2 at 98% of 100G, 89.6G not the controller's" in mine["last_move"]["reason"]
 
     metrics = get(controller, "/metrics")[2].decode()
     assert 'tsdn_reroutes_total{cause="congestion"} 1.0' in metrics
@@ -77,7 +76,7 @@ def test_the_map_marks_congestion_and_tells_why_a_reservation_moved(congested):
     assert 'tsdn_reroute_decisions_total{verdict="hosts"} 0.0' in metrics
     assert 'tsdn_link_congested{dst="s3",link="s2-s3",src="s2"} 1.0' in metrics
     assert 'tsdn_link_congested{dst="s2",link="s2-s3",src="s3"} 0.0' in metrics
-    assert 'tsdn_link_unowned_bits_per_second{dst="s3",link="s2-s3",src="s2"} 9e+10' in metrics
+    assert 'tsdn_link_unowned_bits_per_second{dst="s3",link="s2-s3",src="s2"} 8.96e+10' in metrics
 
     clear()
     wait_for(lambda: not link(snapshot(controller), "s2-s3")["congested"], "s2-s3 clear again on the map")
@@ -88,12 +87,7 @@ def test_the_map_marks_congestion_and_tells_why_a_reservation_moved(congested):
 
 def test_metrics_count_a_rearrangement_as_one_decision_and_its_moves_by_cause(tmp_path):
     env = mesh(tmp_path)
-    s = active(env, "dtnc", "dtnb", bandwidth=50 * G)
-    t = active(env, "dtnd", "dtnb", bandwidth=50 * G)
-    r = active(env, "dtna", "dtnb", bandwidth=60 * G)
-    for reporter in (s, t):
-        env.book.report_rate(RUCIO, reporter.name, 50 * G)
-    tick(env, r, 10 * G, {"a:1->b:1": 99 * G, "c:2->b:2": 50 * G, "d:2->b:3": 50 * G}, times=3)
+    _s, _t, _r = rearranged(env)
     confirm(env)
     confirm(env)
     metrics = ControllerMetrics()
@@ -108,23 +102,7 @@ def test_metrics_count_a_rearrangement_as_one_decision_and_its_moves_by_cause(tm
 
 @pytest.fixture
 def browser():
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e .[test])")
-    if not Path(CHROMEDRIVER).exists() or not (shutil.which("chromium") or Path("/usr/bin/chromium").exists()):
-        pytest.skip("chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1600,1000", "--force-device-scale-factor=1"):
-        options.add_argument(flag)
-    if Path("/usr/bin/chromium").exists():
-        options.binary_location = "/usr/bin/chromium"
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    yield from chromium()
 
 
 def test_the_page_shows_the_congested_link_its_load_and_the_reason_of_the_move(congested, browser):
@@ -146,8 +124,8 @@ def test_the_page_shows_the_congested_link_its_load_and_the_reason_of_the_move(c
     assert attr(f'{s2s3} line.dir[data-direction="{S2_S3}"]', "data-congested") == "1"
     assert attr(f'{s2s3} line.dir[data-direction="s3:2->s2:1"]', "data-congested") == "0"
     assert attr('svg g.link[data-link="s1-s2"]', "data-congested") == "0"
-    assert text(f"{s2s3} text.congestion-label") == "98% of 100G, 90G not ours"
-    assert "s2:1->s3:2: 98% of 100G, 90G not ours" in text("#congestion")
+    assert text(f"{s2s3} text.congestion-label") == "98% of 100G, 89.6G not ours"
+    assert "s2:1->s3:2: 98% of 100G, 89.6G not ours" in text("#congestion")
     entry = f'#legend li[data-reservation="{rid}"]'
     wait_for(lambda: attr(entry, "data-move-cause") == "congestion", "the reservation's last move on the page", 15,
              interval=0.2)
