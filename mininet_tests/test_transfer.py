@@ -1,7 +1,8 @@
 """A transfer between two DTN agents in Mininet hosts, on real Open vSwitch, through the real
 controller process: the agents take their jobs from the controller, the sender reports every
-second, a link on the path that degrades (its HTB rate lowered with tc at run time, as a flaky
-optic or a shared WAN link would) moves the reservation to the alternate, and the rate recovers.
+second, a link on the path congested by another tenant's traffic (real UDP between the
+cross-traffic hosts, which the switches' port counters see) moves the reservation to the
+alternate, and the rate recovers.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from benchmarks.report import free_port
 from mininet_tests.controlled import DEADLINE, SCALE, TOKEN, TSDN, ControllerProcess, connected_bridges
 from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2, bandwidth_pb2, transfer_pb2
+from sdn_app.demo.cross_traffic import CrossTraffic
 from tests.waiting import wait_for
 
 BOOKED = 20 * 10**9  # 20 Mbit/s on the emulated links
 SIZE = 60 * 10**6  # about 25 s at the paced rate
-DEGRADED_MBPS = 5  # well under 80% of the booking
+CROSS = 95 * 10**9  # another tenant's traffic on s2 -> s3 (100G): 5G left, well under 80% of the booking
 
 
 def start_agent(net, controller: ControllerProcess, dtn: str) -> subprocess.Popen:
@@ -29,14 +31,6 @@ def start_agent(net, controller: ControllerProcess, dtn: str) -> subprocess.Pope
         [TSDN, "agent", "run", "--controller", controller.agent_socket, "--name", dtn,
          "--token-file", str(controller.agent_token(dtn)), "--heartbeat-interval", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def degrade(net, a: str, b: str, mbps: float) -> None:
-    """Lower the emulated capacity of the link direction a -> b (its HTB class at a's port)."""
-    link = net.mn.linksBetween(net.switch(a), net.switch(b))[0]
-    intf = link.intf1 if link.intf1.node is net.switch(a) else link.intf2
-    subprocess.run(["tc", "class", "change", "dev", intf.name, "parent", "5:0", "classid", "5:1", "htb",
-                    "rate", f"{mbps}Mbit", "burst", "15k"], check=True, capture_output=True, timeout=10)
 
 
 def collect(stream, into: list) -> None:
@@ -67,7 +61,8 @@ def agents_ring8(network, tmp_path):
     processes: list[subprocess.Popen] = []
     try:
         address = controller.start()
-        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port))
+        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port),
+                      cross_traffic=("s2", "s3"))
         wait_for(lambda: connected_bridges() >= {f"s{i}" for i in range(1, 9)}, "all 8 switches to connect",
                  DEADLINE)
         processes.extend(start_agent(net, controller, dtn) for dtn in ("dtn1", "dtn3"))
@@ -82,7 +77,7 @@ def agents_ring8(network, tmp_path):
         controller.stop()
 
 
-def test_a_transfer_moves_off_a_degraded_link_and_its_rate_recovers(agents_ring8):
+def test_a_transfer_moves_off_a_congested_link_and_its_rate_recovers(agents_ring8):
     net, client, _ = agents_ring8
     transfer = client.start_transfer("dtn1", "dtn3", BOOKED, size=SIZE, streams=2)
     watch = Watch(client, transfer.name)
@@ -95,12 +90,16 @@ def test_a_transfer_moves_off_a_degraded_link_and_its_rate_recovers(agents_ring8
     assert all(0.5 <= step <= 1.5 for step in steps), f"reports should come every second: {steps}"
     assert first.nominal_bps >= 0.8 * BOOKED, f"{first.nominal_bps / 1e9:.1f}G of {BOOKED / 1e9:g}G booked"
 
-    degrade(net, "s2", "s3", DEGRADED_MBPS)
-    wait_for(lambda: any(t.path and "s2" not in t.path for t in [client.get_transfer(transfer.name)]),
-             "the reservation to move off s2-s3", DEADLINE)
+    cross = CrossTraffic(net)
+    try:
+        cross.start(net.topology.directions["s2:1->s3:2"], CROSS)
+        wait_for(lambda: any(t.path and "s2" not in t.path for t in [client.get_transfer(transfer.name)]),
+                 "the reservation to move off s2-s3", DEADLINE)
+    finally:
+        cross.close()
     moved = client.get_transfer(transfer.name)
     assert list(moved.path) == ["s1", "s8", "s7", "s6", "s5", "s4", "s3"], moved.path
-    assert any("below" in r or "moved" in r.lower() for r in watch.reasons()), watch.reasons()
+    assert any("congested: s2:1->s3:2 at " in r for r in watch.reasons()), watch.reasons()
     seen = len(watch.rates())
     wait_for(lambda: any(t.nominal_bps >= 0.8 * BOOKED and "s2" not in t.path for t in watch.rates()[seen:]),
              "the rate to recover on the alternate", DEADLINE)

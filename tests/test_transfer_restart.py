@@ -176,8 +176,8 @@ def test_a_running_transfer_survives_a_controller_restart(start_controller, toke
                                              state=tmp_path / "tsdn.db", tokens=tokens, listen_openflow=None))
         advised: list[tuple[str, float]] = []  # what the new controller's advisor is told
         observe = second.book.advisor.observe
-        second.book.advisor.observe = lambda rid, booked, achieved: (advised.append((rid, achieved))
-                                                                     or observe(rid, booked, achieved))
+        second.book.advisor.observe = lambda rid, booked, achieved, *more: (advised.append((rid, achieved))
+                                                                            or observe(rid, booked, achieved, *more))
         second.start()
         try:
             now = client.get_transfer(transfer.name)
