@@ -145,10 +145,6 @@ class LinkWatch:
         since = self._clear_since.get(link)
         return 0.0 if since is None else now - since
 
-    def measured(self, direction: str) -> float | None:
-        condition = self._conditions.get(direction)
-        return None if condition is None else condition.measured_bps
-
 
 def reverse_of(topology: Topology, direction: LinkDirection) -> LinkDirection | None:
     """The other direction of `direction`'s link (the way its acknowledgements come back)."""
