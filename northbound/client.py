@@ -7,7 +7,9 @@
 
 Every call has a deadline. Calls are retried with exponential backoff while the controller is
 UNAVAILABLE (restarting, say); CreateReservation is retried with the same `request_id`, so a
-retry never books twice. Failures raise `ApiError` with the status code and the server's message.
+retry never books twice. Given several controllers (`"h1:50051,h2:50051,h3:50051"`), a call
+that finds one unavailable tries the next, and one answered by a follower goes to the leader
+the follower names. Failures raise `ApiError` with the status code and the server's message.
 """
 
 from __future__ import annotations
@@ -42,6 +44,32 @@ STATES = {name: value for name, value in pb.ReservationState.items() if value}
 CHANNEL_OPTIONS = (("grpc.max_reconnect_backoff_ms", 5000), ("grpc.initial_reconnect_backoff_ms", 500))
 
 
+MAX_REDIRECTS = 3  # leaders named in a row before a call gives up (elections in between)
+LEADER_TRAILER = "tsdn-leader"  # a follower's UNAVAILABLE names the leader's address here
+
+
+class _Stubs:
+    """The stubs of the four services over one channel."""
+
+    def __init__(self, channel: grpc.Channel):
+        self.bandwidth = pb_grpc.BandwidthServiceStub(channel)
+        self.topology = topo_grpc.TopologyServiceStub(channel)
+        self.agents = agent_grpc.AgentServiceStub(channel)
+        self.transfers = transfer_grpc.TransferServiceStub(channel)
+
+
+def _leader_named(error: grpc.RpcError) -> str:
+    """The leader's address a follower put in its answer ('' when none)."""
+    try:
+        trailers = error.trailing_metadata() or ()  # type: ignore[attr-defined]
+    except Exception:  # not a call (a channel that never connected)
+        return ""
+    for key, value in trailers:
+        if key == LEADER_TRAILER:
+            return value if isinstance(value, str) else value.decode()
+    return ""
+
+
 class ApiError(Exception):
     """A call the controller refused or could not answer."""
 
@@ -57,21 +85,19 @@ class TsdnClient:
     def __init__(self, target: str = "127.0.0.1:50051", token: str | None = None, *, timeout: float = 10.0,
                  retries: int = 5, backoff: float = 0.2, tls_ca: bytes | None = None,
                  tls_cert: bytes | None = None, tls_key: bytes | None = None):
-        """Connect to `target`; TLS when `tls_ca` is given (with a client certificate when `tls_cert`)."""
-        if tls_ca is None and tls_cert is None:
-            self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
-        else:
-            credentials = grpc.ssl_channel_credentials(root_certificates=tls_ca, private_key=tls_key,
-                                                       certificate_chain=tls_cert)
-            self._channel = grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+        """Connect to `target` (`HOST:PORT`, or several comma-separated: the controllers of one
+        deployment, tried in turn; a follower's answer naming the leader is followed); TLS when
+        `tls_ca` is given (with a client certificate when `tls_cert`)."""
+        self.targets = [t.strip() for t in target.split(",") if t.strip()]
+        if not self.targets:
+            raise ValueError(f"no controller address in {target!r}")
+        self._tls = (tls_ca, tls_cert, tls_key)
+        self._connections: dict[str, tuple[grpc.Channel, _Stubs]] = {}
+        self.target = self.targets[0]
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
-        self._bandwidth = pb_grpc.BandwidthServiceStub(self._channel)
-        self._topology = topo_grpc.TopologyServiceStub(self._channel)
-        self._agents = agent_grpc.AgentServiceStub(self._channel)
-        self._transfers = transfer_grpc.TransferServiceStub(self._channel)
 
     def __enter__(self) -> TsdnClient:
         return self
@@ -80,21 +106,52 @@ class TsdnClient:
         self.close()
 
     def close(self) -> None:
-        """Close the connection."""
-        self._channel.close()
+        """Close every connection."""
+        for channel, _ in self._connections.values():
+            channel.close()
+        self._connections.clear()
 
-    def _call(self, method: Callable[..., T], request: Any) -> T:
-        attempt = 0
+    def _stubs(self) -> _Stubs:
+        """The stubs of the controller in use, connecting to it the first time."""
+        connection = self._connections.get(self.target)
+        if connection is None:
+            tls_ca, tls_cert, tls_key = self._tls
+            if tls_ca is None and tls_cert is None:
+                channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+            else:
+                credentials = grpc.ssl_channel_credentials(root_certificates=tls_ca, private_key=tls_key,
+                                                           certificate_chain=tls_cert)
+                channel = grpc.secure_channel(self.target, credentials, options=CHANNEL_OPTIONS)
+            connection = self._connections[self.target] = (channel, _Stubs(channel))
+        return connection[1]
+
+    def _unavailable(self, error: grpc.RpcError) -> bool:
+        """After UNAVAILABLE from the controller in use: move to the leader it names (True: try
+        there at once), else to the next address given (False: wait before trying)."""
+        leader = _leader_named(error)
+        if leader and leader != self.target:
+            self.target = leader
+            return True
+        self.target = self.targets[(self.targets.index(self.target) + 1) % len(self.targets)] \
+            if self.target in self.targets else self.targets[0]
+        return False
+
+    def _call(self, pick: Callable[[_Stubs], Callable[..., T]], request: Any) -> T:
+        attempt = redirects = 0
         while True:
             try:
-                return method(request, timeout=self.timeout, metadata=self._metadata)
+                return pick(self._stubs())(request, timeout=self.timeout, metadata=self._metadata)
             except grpc.RpcError as error:
                 code = error.code()
-                if code is grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
-                    time.sleep(self.backoff * (2**attempt) * random.uniform(0.5, 1.0))
-                    attempt += 1
+                if code is not grpc.StatusCode.UNAVAILABLE:
+                    raise ApiError(code, error.details() or code.name) from None
+                if self._unavailable(error) and redirects < MAX_REDIRECTS:
+                    redirects += 1
                     continue
-                raise ApiError(code, error.details() or code.name) from None
+                if attempt >= self.retries:
+                    raise ApiError(code, error.details() or code.name) from None
+                time.sleep(self.backoff * (2**attempt) * random.uniform(0.5, 1.0))
+                attempt += 1
 
     # -- BandwidthService ----------------------------------------------------------------
 
@@ -115,18 +172,18 @@ class TsdnClient:
         _set_window(request, start, end, duration)
         if max_hops is not None:
             request.max_hops = max_hops
-        return self._call(self._bandwidth.CreateReservation, request)
+        return self._call(lambda s: s.bandwidth.CreateReservation, request)
 
     def get_reservation(self, name: str) -> pb.Reservation:
         """The reservation `reservations/{id}`."""
-        return self._call(self._bandwidth.GetReservation, pb.GetReservationRequest(name=_name(name)))
+        return self._call(lambda s: s.bandwidth.GetReservation, pb.GetReservationRequest(name=_name(name)))
 
     def list_reservations(self, state: str | None = None, dtn: str = "", owner: str = "",
                           page_size: int = 0) -> Iterator[pb.Reservation]:
         """Every reservation the caller may see (newest first), fetching page after page."""
         token = ""
         while True:
-            page = self._call(self._bandwidth.ListReservations, pb.ListReservationsRequest(
+            page = self._call(lambda s: s.bandwidth.ListReservations, pb.ListReservationsRequest(
                 state=STATES[state] if state else 0, dtn=dtn, owner=owner, page_size=page_size, page_token=token))
             yield from page.reservations
             token = page.next_page_token
@@ -150,11 +207,11 @@ class TsdnClient:
                 request.until_released = True
             else:
                 request.end_time.CopyFrom(timestamp_out(end))
-        return self._call(self._bandwidth.ModifyReservation, request)
+        return self._call(lambda s: s.bandwidth.ModifyReservation, request)
 
     def delete_reservation(self, name: str) -> pb.Reservation:
         """Release a reservation; returns it in its final state."""
-        return self._call(self._bandwidth.DeleteReservation, pb.DeleteReservationRequest(name=_name(name)))
+        return self._call(lambda s: s.bandwidth.DeleteReservation, pb.DeleteReservationRequest(name=_name(name)))
 
     def query_availability(self, src: str, dst: str, *, start: float | None = None, end: float | None = None,
                            duration: float | None = None, policy: str = "widest", include: Sequence[str] = (),
@@ -166,66 +223,77 @@ class TsdnClient:
         _set_window(request, start, end, duration)
         if max_hops is not None:
             request.max_hops = max_hops
-        return self._call(self._bandwidth.QueryAvailability, request)
+        return self._call(lambda s: s.bandwidth.QueryAvailability, request)
 
     def watch(self, name: str = "", include_existing: bool = False,
               timeout: float | None = None) -> Iterator[pb.ReservationEvent]:
         """Stream reservation events until the server ends it, `timeout` passes, or the caller stops."""
         request = pb.WatchReservationsRequest(name=_name(name) if name else "", include_existing=include_existing)
-        yield from self._stream(self._bandwidth.WatchReservations, request, timeout)
+        yield from self._stream(lambda s: s.bandwidth.WatchReservations, request, timeout)
 
-    def _stream(self, method, request, timeout: float | None) -> Iterator:
-        """The messages of a server stream; ends quietly when cancelled, ApiError on other errors."""
-        stream = method(request, timeout=timeout, metadata=self._metadata)
-        try:
-            yield from stream
-        except grpc.RpcError as error:
-            if error.code() is not grpc.StatusCode.CANCELLED:
-                raise ApiError(error.code(), error.details() or error.code().name) from None
-        finally:
-            stream.cancel()
+    def _stream(self, pick: Callable[[_Stubs], Callable[..., Any]], request: Any, timeout: float | None) -> Iterator:
+        """The messages of a server stream; ends quietly when cancelled, ApiError on other errors
+        (after UNAVAILABLE, the next stream goes to the leader named or the next address)."""
+        for redirect in range(MAX_REDIRECTS + 1):
+            stream = pick(self._stubs())(request, timeout=timeout, metadata=self._metadata)
+            received = False
+            try:
+                for message in stream:
+                    received = True
+                    yield message
+                return
+            except grpc.RpcError as error:
+                code = error.code()
+                if code is grpc.StatusCode.CANCELLED:
+                    return
+                if code is grpc.StatusCode.UNAVAILABLE and self._unavailable(error) and not received \
+                        and redirect < MAX_REDIRECTS:
+                    continue  # a follower named the leader before anything was streamed: open it there
+                raise ApiError(code, error.details() or code.name) from None
+            finally:
+                stream.cancel()
 
     # -- TopologyService -----------------------------------------------------------------
 
     def get_topology(self) -> topo_pb.Topology:
         """The controller's topology with bandwidth booked now."""
-        return self._call(self._topology.GetTopology, topo_pb.GetTopologyRequest())
+        return self._call(lambda s: s.topology.GetTopology, topo_pb.GetTopologyRequest())
 
     def get_topology_status(self) -> topo_pb.TopologyStatus:
         """The real network against the topology: switch connections, link states, wiring mismatches."""
-        return self._call(self._topology.GetTopologyStatus, topo_pb.GetTopologyStatusRequest())
+        return self._call(lambda s: s.topology.GetTopologyStatus, topo_pb.GetTopologyStatusRequest())
 
     # -- AgentService --------------------------------------------------------------------
 
     def register_agent(self, dtn: str, facts: agent_pb.HostFacts) -> agent_pb.Agent:
         """Register this host as the agent of DTN `dtn` (again: replaces its facts)."""
-        return self._call(self._agents.RegisterAgent, agent_pb.RegisterAgentRequest(dtn=dtn, facts=facts))
+        return self._call(lambda s: s.agents.RegisterAgent, agent_pb.RegisterAgentRequest(dtn=dtn, facts=facts))
 
     def heartbeat(self, dtn: str) -> agent_pb.Agent:
         """Tell the controller the agent of `dtn` is alive (NOT_FOUND: register again)."""
-        return self._call(self._agents.Heartbeat, agent_pb.HeartbeatRequest(dtn=dtn))
+        return self._call(lambda s: s.agents.Heartbeat, agent_pb.HeartbeatRequest(dtn=dtn))
 
     def list_agents(self) -> list[agent_pb.Agent]:
         """Every agent the controller knows, by DTN."""
-        return list(self._call(self._agents.ListAgents, agent_pb.ListAgentsRequest()).agents)
+        return list(self._call(lambda s: s.agents.ListAgents, agent_pb.ListAgentsRequest()).agents)
 
     def get_agent(self, name: str) -> agent_pb.Agent:
         """The agent `agents/{dtn}` (or of DTN `name`)."""
-        return self._call(self._agents.GetAgent, agent_pb.GetAgentRequest(name=name))
+        return self._call(lambda s: s.agents.GetAgent, agent_pb.GetAgentRequest(name=name))
 
     def watch_agents(self, include_existing: bool = False,
                      timeout: float | None = None) -> Iterator[agent_pb.AgentEvent]:
         """Stream agent events until the server ends it, `timeout` passes, or the caller stops."""
         request = agent_pb.WatchAgentsRequest(include_existing=include_existing)
-        yield from self._stream(self._agents.WatchAgents, request, timeout)
+        yield from self._stream(lambda s: s.agents.WatchAgents, request, timeout)
 
     def take_jobs(self, dtn: str, timeout: float | None = None) -> Iterator[agent_pb.TransferJob]:
         """Stream the transfer jobs for DTN `dtn` (pending ones first) until the caller stops."""
-        yield from self._stream(self._agents.TakeJobs, agent_pb.TakeJobsRequest(dtn=dtn), timeout)
+        yield from self._stream(lambda s: s.agents.TakeJobs, agent_pb.TakeJobsRequest(dtn=dtn), timeout)
 
     def report_transfer(self, report: agent_pb.TransferReport) -> agent_pb.ReportTransferResponse:
         """One side's news of a transfer (listening, a rate, its end); the answer says whether to stop."""
-        return self._call(self._agents.ReportTransfer, report)
+        return self._call(lambda s: s.agents.ReportTransfer, report)
 
     # -- TransferService -----------------------------------------------------------------
 
@@ -243,24 +311,24 @@ class TsdnClient:
             request.size_bytes = size
         if files:
             request.files.paths.extend(files)
-        return self._call(self._transfers.StartTransfer, request)
+        return self._call(lambda s: s.transfers.StartTransfer, request)
 
     def get_transfer(self, name: str) -> transfer_pb.Transfer:
         """The transfer `transfers/{id}`."""
-        return self._call(self._transfers.GetTransfer, transfer_pb.GetTransferRequest(name=_transfer(name)))
+        return self._call(lambda s: s.transfers.GetTransfer, transfer_pb.GetTransferRequest(name=_transfer(name)))
 
     def list_transfers(self) -> list[transfer_pb.Transfer]:
         """The transfers the caller may see, newest first."""
-        return list(self._call(self._transfers.ListTransfers, transfer_pb.ListTransfersRequest()).transfers)
+        return list(self._call(lambda s: s.transfers.ListTransfers, transfer_pb.ListTransfersRequest()).transfers)
 
     def cancel_transfer(self, name: str) -> transfer_pb.Transfer:
         """Stop a transfer and release its path."""
-        return self._call(self._transfers.CancelTransfer, transfer_pb.CancelTransferRequest(name=_transfer(name)))
+        return self._call(lambda s: s.transfers.CancelTransfer, transfer_pb.CancelTransferRequest(name=_transfer(name)))
 
     def watch_transfer(self, name: str, timeout: float | None = None) -> Iterator[transfer_pb.TransferEvent]:
         """A snapshot, then the transfer's changes and rates, until it ends (or `timeout` passes)."""
         request = transfer_pb.WatchTransferRequest(name=_transfer(name))
-        yield from self._stream(self._transfers.WatchTransfer, request, timeout)
+        yield from self._stream(lambda s: s.transfers.WatchTransfer, request, timeout)
 
 
 def _name(name: str) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -42,6 +43,7 @@ from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.congestion import ReroutePolicy
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
 from sdn_app.core.ledger import Ledger
+from sdn_app.core.replication import Replica
 from sdn_app.core.reservations import DEFAULT_KEEP_ENDED, Principal, ReservationBook, Role, Sweeper
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfers import TransferDesk
@@ -85,6 +87,9 @@ class ControllerConfig:
     max_streams_per_principal: int = DEFAULT_MAX_STREAMS_PER_PRINCIPAL  # ... and per principal
     reroute: ReroutePolicy = field(default_factory=ReroutePolicy)  # when and where rates move reservations
     clock: Clock = field(default_factory=SystemClock)
+    store: str | None = None  # etcd://HOST:PORT[,...]: state shared by several controllers (northbound/ha.py)
+    lease_ttl: int = 2  # seconds of the leader's etcd lease (with `store`)
+    advertise: str | None = None  # the gRPC address followers send clients to (default: listen_grpc)
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -192,30 +197,44 @@ class LoadFeed:
         return []
 
 
+def api_access(config: ControllerConfig) -> tuple[Authenticator, grpc.ServerCredentials | None, list[str]]:
+    """Who may call the API and how it is served: the authenticator, the TLS credentials (None:
+    plaintext) and the addresses where tokens would cross in plaintext; `InvalidArgument` for an
+    open API beyond loopback or plaintext tokens not allowed."""
+    if config.tokens is None:
+        for option, address in (("--listen-grpc", config.listen_grpc),
+                                *(("--also-listen", a) for a in config.also_listen)):
+            if not is_loopback(address):
+                raise InvalidArgument(f"{option} {address}: without --tokens the API is open to every caller, "
+                                      "which is allowed only on a loopback address or a unix: socket")
+        auth = Authenticator(None)
+    else:
+        auth = Authenticator.from_file(config.tokens)
+    credentials = _credentials(config)
+    plaintext = plaintext_token_addresses((config.listen_grpc, *config.also_listen),
+                                          tokens=config.tokens is not None, tls=credentials is not None)
+    if plaintext and not config.allow_plaintext_tokens:
+        option = "--listen-grpc" if plaintext[0] == config.listen_grpc else "--also-listen"
+        raise InvalidArgument(
+            f"{option} {plaintext[0]}: bearer tokens would cross the network in plaintext there, "
+            "where anyone on the path can read and reuse them. Serve TLS (--tls-cert and --tls-key), or, "
+            "on a network you trust, say so with --allow-plaintext-tokens")
+    return auth, credentials, plaintext
+
+
 class Controller:
     """A running controller: the reservation book on its worker thread, served over gRPC."""
 
-    def __init__(self, config: ControllerConfig):
-        """Load everything and bind the port; nothing is served until `start`."""
+    def __init__(self, config: ControllerConfig, *, replica: Replica | None = None, fabric: Any = None):
+        """Load everything and bind the port; nothing is served until `start`.
+
+        With `replica` (an elected leader, northbound/ha.py) the state is the replica's, not
+        `config.state`'s; a given `fabric` (already connected to the switches, MASTER) is used
+        instead of starting one, and left running by `stop`.
+        """
         self.config = config
-        if config.tokens is None:
-            for option, address in (("--listen-grpc", config.listen_grpc),
-                                    *(("--also-listen", a) for a in config.also_listen)):
-                if not is_loopback(address):
-                    raise InvalidArgument(f"{option} {address}: without --tokens the API is open to every caller, "
-                                          "which is allowed only on a loopback address or a unix: socket")
-            self.auth = Authenticator(None)
-        else:
-            self.auth = Authenticator.from_file(config.tokens)
-        credentials = _credentials(config)
-        self.plaintext_tokens = plaintext_token_addresses((config.listen_grpc, *config.also_listen),
-                                                          tokens=config.tokens is not None, tls=credentials is not None)
-        if self.plaintext_tokens and not config.allow_plaintext_tokens:
-            option = "--listen-grpc" if self.plaintext_tokens[0] == config.listen_grpc else "--also-listen"
-            raise InvalidArgument(
-                f"{option} {self.plaintext_tokens[0]}: bearer tokens would cross the network in plaintext there, "
-                "where anyone on the path can read and reuse them. Serve TLS (--tls-cert and --tls-key), or, "
-                "on a network you trust, say so with --allow-plaintext-tokens")
+        self._own_fabric = fabric is None
+        self.auth, credentials, self.plaintext_tokens = api_access(config)
         if not 0 < config.emulation_scale <= 1:
             raise InvalidArgument(f"--emulation-scale: must be in (0, 1], got {config.emulation_scale}")
         self.streams = StreamSlots(StreamLimits(config.max_streams, config.max_streams_per_principal))
@@ -228,8 +247,8 @@ class Controller:
                 raise InvalidArgument(f"{config.tokens}: agent {principal}: dtn {dtn!r} is not a DTN of "
                                       f"topology {self.topology.name}")
         # exclusive: one controller per state file; a second one refuses, naming this one
-        self.ledger = Ledger(self.topology.capacities(), config.state, config.clock, exclusive=True)
-        self.fabric = None
+        self.ledger = Ledger(self.topology.capacities(), config.state, config.clock, exclusive=True, replica=replica)
+        self.fabric = fabric
         try:
             self.book = ReservationBook(self.topology, self.ledger, config.clock,
                                         provisioning=config.listen_openflow is not None,
@@ -243,7 +262,7 @@ class Controller:
             if live:
                 log.info("%s: %d live transfer(s) picked up: %s", config.state, len(live),
                          ", ".join(f"{t.name} {t.state}" for t in live))
-            if config.listen_openflow is not None:
+            if config.listen_openflow is not None and self.fabric is None:
                 from sdn_app.openflow.fabric import start_openflow  # os-ken only when switches are controlled
 
                 host, port = _host_port(config.listen_openflow, "--listen-openflow")
@@ -314,7 +333,7 @@ class Controller:
                             address, exc.strerror or exc)
                 return None
             self.ledger.close()
-            if self.fabric is not None:
+            if self.fabric is not None and self._own_fabric:
                 self.fabric.stop()
             raise FailedPrecondition(f"--listen-http {address}: cannot listen there ({exc.strerror or exc})") from None
         if not is_loopback(address):
@@ -358,7 +377,7 @@ class Controller:
                         "Give --tokens before anyone else can reach this port.", self.address)
         if self.plaintext_warning is not None:
             log.warning("%s", self.plaintext_warning)
-        log.info("tsdn controller: topology %s, state %s, gRPC on %s%s", self.topology.summary(), self.config.state,
+        log.info("tsdn controller: topology %s, state %s, gRPC on %s%s", self.topology.summary(), self.ledger.path,
                  self.address, " (TLS)" if self.config.tls_cert else "")
 
     def stop(self, grace: float = 2.0) -> None:
@@ -372,6 +391,6 @@ class Controller:
         if self.web is not None:  # live map
             self.web.stop()
         self.worker.stop()
-        if self.fabric is not None:
+        if self.fabric is not None and self._own_fabric:
             self.fabric.stop()
         self.ledger.close()

@@ -12,6 +12,7 @@ DEBIAN_PACKAGES=(
     default-jre-headless              # FDT (fdt.jar is the user's; tests use ../shared/tools/fdt.jar)
     openssl                           # TLS certificates in the API tests
     chromium chromium-driver          # the live map's browser tests (selenium, headless)
+    etcd-server                       # the shared store of several controllers (--store etcd://...)
 )
 
 missing=()

@@ -31,9 +31,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--also-listen", action="append", default=[], metavar="ADDRESS",
                         help="serve the same gRPC API here too (repeatable): HOST:PORT, or unix:PATH for DTN "
                              "agents in Mininet hosts, which share the file system but not the loopback")
-    parser.add_argument("--state", default="tsdn.db", metavar="FILE",
-                        help="SQLite database of reservations and bookings (default tsdn.db); survives restarts. "
-                             "One controller per file: locked (FILE.lock) while it runs, a second one refuses")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument("--state", default="tsdn.db", metavar="FILE",
+                       help="SQLite database of reservations and bookings (default tsdn.db); survives restarts. "
+                            "One controller per file: locked (FILE.lock) while it runs, a second one refuses")
+    store.add_argument("--store", metavar="etcd://HOST:PORT[,HOST:PORT...]",
+                       help="share the state with other controllers in etcd (docs/ha.md): one leader, elected on an "
+                            "etcd lease, writes switches and state; the others follow, answer reads and send writes "
+                            "to it. etcd must run with --max-txn-ops 10000")
+    parser.add_argument("--lease-ttl", type=int, default=2, metavar="S",
+                        help="with --store: seconds of the leader's lease, 2 to 60; a dead leader is replaced "
+                             "after about this long (default 2)")
+    parser.add_argument("--advertise", metavar="HOST:PORT",
+                        help="with --store: the gRPC address other controllers send clients to when this one "
+                             "leads (default: --listen-grpc)")
     parser.add_argument("--tokens", metavar="FILE",
                         help=f"bearer tokens file (at most {MAX_TOKENS_FILE_BYTES // 1024} KiB, "
                              f"{MAX_TOKENS:,} tokens); without it only loopback is allowed, in development mode")
@@ -99,35 +110,46 @@ _REROUTE_OPTIONS = (
 
 def run_controller(args: argparse.Namespace) -> int:
     """Run until SIGINT or SIGTERM."""
+    from northbound.ha import HAController
     from northbound.server import Controller, ControllerConfig
+    from sdn_app.core.errors import InvalidArgument
+    from sdn_app.ha.election import check_ttl
+    from sdn_app.ha.etcd import parse_store
     from topologies import resolve_topology
 
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     optional = {name: Path(value) for name in ("tokens", "tls_cert", "tls_key", "client_ca")
                 if (value := getattr(args, name)) is not None}
-    controller = Controller(ControllerConfig(topology=resolve_topology(args.topology),
-                                             listen_grpc=args.listen_grpc, state=Path(args.state),
-                                             also_listen=tuple(args.also_listen),
-                                             listen_openflow=None if args.no_openflow else args.listen_openflow,
-                                             emulation_scale=args.emulation_scale,
-                                             agent_timeout=args.agent_timeout,
-                                             listen_http=None if args.no_http else args.listen_http or DEFAULT_HTTP,
-                                             http_required=args.listen_http is not None,
-                                             allow_plaintext_tokens=args.allow_plaintext_tokens,
-                                             keep_ended=parse_keep_ended(args.keep_ended),
-                                             max_streams=args.max_streams,
-                                             max_streams_per_principal=args.max_streams_per_principal,
-                                             reroute=reroute_policy(args),
-                                             **optional))
+    if args.store is None and (args.lease_ttl != 2 or args.advertise is not None):
+        raise InvalidArgument("--lease-ttl and --advertise go with --store etcd://...")
+    if args.store is not None:
+        parse_store(args.store)
+        check_ttl(args.lease_ttl)
+    config = ControllerConfig(topology=resolve_topology(args.topology),
+                              listen_grpc=args.listen_grpc, state=Path(args.state),
+                              also_listen=tuple(args.also_listen),
+                              listen_openflow=None if args.no_openflow else args.listen_openflow,
+                              emulation_scale=args.emulation_scale,
+                              agent_timeout=args.agent_timeout,
+                              listen_http=None if args.no_http else args.listen_http or DEFAULT_HTTP,
+                              http_required=args.listen_http is not None,
+                              allow_plaintext_tokens=args.allow_plaintext_tokens,
+                              keep_ended=parse_keep_ended(args.keep_ended),
+                              max_streams=args.max_streams,
+                              max_streams_per_principal=args.max_streams_per_principal,
+                              reroute=reroute_policy(args),
+                              store=args.store, lease_ttl=args.lease_ttl,
+                              advertise=args.advertise, **optional)
+    controller = HAController(config) if args.store is not None else Controller(config)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     controller.start()
     print(f"tsdn controller listening on {controller.address}", file=sys.stderr, flush=True)
-    if controller.plaintext_warning is not None:
+    if getattr(controller, "plaintext_warning", None) is not None:
         print(f"tsdn controller: WARNING: {controller.plaintext_warning}", file=sys.stderr, flush=True)
-    if controller.http_address is not None:
+    if getattr(controller, "http_address", None) is not None:
         print(f"tsdn live map on http://{controller.http_address}/", file=sys.stderr, flush=True)
     stop.wait()
     logging.getLogger(__name__).info("stopping")

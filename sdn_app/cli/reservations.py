@@ -87,7 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _client_options(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace, object], int]) -> None:
     parser.add_argument("--controller", default=os.environ.get("TSDN_CONTROLLER", "127.0.0.1:50051"),
-                        metavar="HOST:PORT", help="controller's gRPC address (env TSDN_CONTROLLER)")
+                        metavar="HOST:PORT[,HOST:PORT...]",
+                        help="controller's gRPC address, or those of several controllers sharing a store: a "
+                             "follower sends calls on to the leader (env TSDN_CONTROLLER)")
     parser.add_argument("--token-file", default=os.environ.get("TSDN_TOKEN_FILE"), metavar="FILE",
                         help="file holding your bearer token (env TSDN_TOKEN_FILE)")
     parser.add_argument("--tls-ca", metavar="PEM", help="use TLS, trusting this CA certificate")

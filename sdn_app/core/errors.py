@@ -67,3 +67,13 @@ class Unauthenticated(TsdnError):
     """The caller did not prove who it is (no token, or an unknown one)."""
 
     code = "UNAUTHENTICATED"
+
+
+class Unavailable(TsdnError):
+    """The controller cannot serve this now; the same call may succeed later or on another controller."""
+
+    code = "UNAVAILABLE"
+
+
+class Fenced(Unavailable):
+    """This controller lost the right to write the shared state (another one leads now); nothing was written."""

@@ -12,6 +12,10 @@ fits: `stranded` lists bookings on link directions the topology lacks, `overbook
 directions whose capacity is now below what is booked on them. The reservation book repairs
 both when it loads. `exclusive=True` (the controller) holds the state file's lock
 (`sdn_app.core.state_lock`) from opening to `close`, so a second controller on it refuses.
+
+With a `replica` (several controllers on one shared store, `sdn_app.core.replication`) the
+database is kept in memory, filled from the replica, and every transaction commits its rows to
+the replica first: a transaction the replica refuses (`Fenced`) changes nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NoCapacity, NotFound
+from sdn_app.core.replication import Replica, Replication
 from sdn_app.core.state_lock import StateLock
 from sdn_app.core.units import MAX_BANDWIDTH, format_bandwidth, format_time, format_window
 
@@ -140,25 +145,28 @@ class Ledger:
     """All bookings of one WAN. Not thread-safe: one owner calls it (see DESIGN.md)."""
 
     def __init__(self, capacities: Mapping[str, int], path: str | Path | None = None,
-                 clock: Clock | None = None, *, exclusive: bool = False):
+                 clock: Clock | None = None, *, exclusive: bool = False, replica: Replica | None = None):
         """Open the ledger over `capacities` (direction id -> bits/s), persisted at `path`.
 
         `path=None` keeps it in memory. Existing bookings in the database are loaded, also
         those that no longer fit `capacities` (see `stranded` and `overbooked`). With
         `exclusive`, the state file's lock is taken first and held until `close`:
-        `StateLocked` (a `FailedPrecondition`) names the holder when another has it.
+        `StateLocked` (a `FailedPrecondition`) names the holder when another has it. With
+        `replica`, `path` is ignored: the state is the replica's, held in memory here.
         """
         self.capacities = dict(capacities)
         self.clock = clock or SystemClock()
-        self.path = str(path) if path is not None else ":memory:"
+        self.path = replica.description if replica is not None else str(path) if path is not None else ":memory:"
         self._bookings: dict[str, Booking] = {}
         self._timelines: dict[str, _Timeline] = {d: _Timeline() for d in self.capacities}
-        self._lock = StateLock(self.path) if exclusive and self.path != ":memory:" else None
+        self._lock = StateLock(self.path) if exclusive and replica is None and self.path != ":memory:" else None
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db = sqlite3.connect(":memory:" if replica is not None else self.path,
+                                       check_same_thread=False, isolation_level=None)
         except BaseException:
             self._release_lock()
             raise
+        self._replication = Replication(self._db, replica) if replica is not None else None
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL+NORMAL: durable across process crashes
@@ -193,8 +201,9 @@ class Ledger:
                 )
 
     def _transaction(self) -> _Transaction:
-        """`with self._transaction():` runs its body as one IMMEDIATE transaction."""
-        return _Transaction(self._db)
+        """`with self._transaction():` runs its body as one IMMEDIATE transaction (committed to
+        the replica first, when there is one)."""
+        return _Transaction(self._db, self._replication)
 
     def _load(self) -> None:
         rows = self._db.execute('SELECT id, bandwidth, start, "end", directions, meta FROM bookings').fetchall()
@@ -429,10 +438,11 @@ def _unique(directions: Iterable[str]) -> tuple[str, ...]:
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (also the replica's refusal)."""
 
-    def __init__(self, db: sqlite3.Connection):
+    def __init__(self, db: sqlite3.Connection, replication: Replication | None):
         self._db = db
+        self._replication = replication
 
     def __enter__(self) -> sqlite3.Connection:
         self._db.execute("BEGIN IMMEDIATE")
@@ -443,7 +453,9 @@ class _Transaction:
             self._db.execute("ROLLBACK")
             return
         try:
+            if self._replication is not None:
+                self._replication.before_commit()
             self._db.execute("COMMIT")
-        except sqlite3.Error:
-            self._db.execute("ROLLBACK")  # e.g. SQLITE_BUSY: leave no transaction open behind us
+        except BaseException:
+            self._db.execute("ROLLBACK")  # SQLITE_BUSY, or the replica refused: leave no transaction open
             raise

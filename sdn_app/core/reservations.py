@@ -70,6 +70,8 @@ from sdn_app.core.topology import Topology
 from sdn_app.core.units import format_bandwidth, format_time, format_window
 from sdn_app.core.utilization import DirectionLoad
 
+Query = Callable[[str, tuple], list[tuple]]  # rows of an SQL query on the state database
+
 WIRE_OVERHEAD = 1.05  # bytes on the wire (Ethernet, IP, TCP headers) per byte a transfer reports moving
 ACK_SHARE = 0.03  # a TCP transfer's acks against its data rate (about 2.2% at 1500-byte segments, and margin)
 LEDGER_ONLY = "booked in the ledger only: no OpenFlow switches are controlled"
@@ -275,18 +277,14 @@ class ReservationBook:
         self._histories: dict[str, collections.deque[HistoryEntry]] = {}
         self._random = random.Random(os.urandom(16))  # ids need to be unique, not secret: owners are checked
         self._sequence = 0
-        self.ledger.write(_create_table)
+        self.ledger.write(create_table)
         self._load()
 
     # -- reading -------------------------------------------------------------------------
 
     def get(self, principal: Principal, name: str) -> Reservation:
         """The reservation called `name` (`reservations/{id}` or the id), if the caller may see it."""
-        _require_role(principal, "read reservations")
-        reservation = self._find(name)
-        if not principal.may_see(reservation.owner):
-            raise PermissionDenied(f"{reservation.name} belongs to another principal")
-        return reservation
+        return read_visible(principal, name, self._lookup)
 
     def _current(self, principal: Principal, name: str) -> Reservation:
         """`get`, after ticking if the clock passed this reservation's window start or end."""
@@ -301,41 +299,8 @@ class ReservationBook:
              page_size: int = 0, page_token: str = "") -> tuple[list[Reservation], str]:
         """A page of the reservations the caller may see, live and ended alike, newest first (by
         creation, then id), and the next page's token."""
-        _require_role(principal, "list reservations")
-        if owner and owner != principal.name and principal.role is not Role.ADMIN:
-            raise PermissionDenied(f"owner: only admins may list reservations of {owner!r}")
-        if dtn:
-            self.topology.dtn(dtn)
-        if page_size < 0:
-            raise InvalidArgument(f"page_size: must not be negative, got {page_size}")
-        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        query = json.dumps([state or "", dtn, owner])
-        after = _decode_page_token(page_token, query) if page_token else None
-        # Every reservation, live or ended, has its row in the store, written before it is remembered:
-        # one ordered query pages through both, whatever left memory between two pages.
-        where: list[str] = []
-        parameters: list[Any] = []
-        whose = owner or ("" if principal.role is Role.ADMIN else principal.name)
-        if whose:
-            where.append("owner = ?")
-            parameters.append(whose)
-        if state is not None:
-            where.append("state = ?")
-            parameters.append(str(state))
-        if dtn:
-            where.append("(src = ? OR dst = ?)")
-            parameters += [dtn, dtn]
-        if after is not None:
-            created, last = -after[0], after[1]
-            where.append("created <= ? AND (created < ? OR id > ?)")
-            parameters += [created, created, last]
-        condition = " WHERE " + " AND ".join(where) if where else ""
-        rows = self.ledger.query(f"SELECT id, body FROM reservations{condition} ORDER BY created DESC, id LIMIT ?",
-                                 (*parameters, size + 1))
-        page = [self._reservations.get(found) or _from_json(json.loads(body), self.topology)
-                for found, body in rows[:size]]
-        token = _encode_page_token(query, page[-1]) if len(rows) > size else ""
-        return page, token
+        return list_page(self.ledger.query, self.topology, principal, state, dtn, owner, page_size, page_token,
+                         self._reservations)
 
     def availability(self, principal: Principal, request: PathRequest, max_paths: int = 3) -> Availability:
         """The largest bandwidth bookable for `request`'s DTNs and window, and candidate paths."""
@@ -946,21 +911,14 @@ class ReservationBook:
     # -- internals -----------------------------------------------------------------------
 
     def _find(self, name: str) -> Reservation:
-        match = _RESERVATION_NAME.fullmatch(name or "")
-        if not match:
-            raise InvalidArgument(f"name: {validation.shown(name)} is not a reservation name like "
-                                  "reservations/<32 hex digits>")
-        return self._lookup(match["id"])
+        return self._lookup(reservation_id_of(name))
 
     def _lookup(self, reservation_id: str) -> Reservation:
         """The reservation `reservation_id`: from memory, else (ended and swept out) from the store."""
         found = self._reservations.get(reservation_id)
         if found is not None:
             return found
-        rows = self.ledger.query("SELECT body FROM reservations WHERE id = ?", (reservation_id,))
-        if not rows:
-            raise NotFound(f"no reservation reservations/{reservation_id}")
-        return _from_json(json.loads(rows[0][0]), self.topology)
+        return read_row(self.ledger.query, self.topology, reservation_id)
 
     def _by_request_id(self, owner: str, request_id: str) -> Reservation | None:
         """The reservation `owner` created with `request_id`, in memory or (swept out) in the store."""
@@ -1274,7 +1232,76 @@ def _decode_page_token(token: str, query: str) -> tuple[float, str]:
         raise InvalidArgument("page_token: not a token this server gave out") from None
 
 
-def _create_table(db: sqlite3.Connection) -> None:
+def list_page(query: Query, topology: Topology, principal: Principal, state: State | None = None, dtn: str = "",
+          owner: str = "", page_size: int = 0, page_token: str = "",
+          remembered: Mapping[str, Reservation] | None = None) -> tuple[list[Reservation], str]:
+    """A page of the reservations `principal` may see in the `reservations` table `query` reads, live
+    and ended alike, newest first (by creation, then id), and the next page's token; those in
+    `remembered` are taken from there."""
+    _require_role(principal, "list reservations")
+    if owner and owner != principal.name and principal.role is not Role.ADMIN:
+        raise PermissionDenied(f"owner: only admins may list reservations of {owner!r}")
+    if dtn:
+        topology.dtn(dtn)
+    if page_size < 0:
+        raise InvalidArgument(f"page_size: must not be negative, got {page_size}")
+    size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+    search = json.dumps([state or "", dtn, owner])
+    after = _decode_page_token(page_token, search) if page_token else None
+    # Every reservation, live or ended, has its row in the store, written before it is remembered:
+    # one ordered query pages through both, whatever left memory between two pages.
+    where: list[str] = []
+    parameters: list[Any] = []
+    whose = owner or ("" if principal.role is Role.ADMIN else principal.name)
+    if whose:
+        where.append("owner = ?")
+        parameters.append(whose)
+    if state is not None:
+        where.append("state = ?")
+        parameters.append(str(state))
+    if dtn:
+        where.append("(src = ? OR dst = ?)")
+        parameters += [dtn, dtn]
+    if after is not None:
+        created, last = -after[0], after[1]
+        where.append("created <= ? AND (created < ? OR id > ?)")
+        parameters += [created, created, last]
+    condition = " WHERE " + " AND ".join(where) if where else ""
+    rows = query(f"SELECT id, body FROM reservations{condition} ORDER BY created DESC, id LIMIT ?",
+                 (*parameters, size + 1))
+    page = [(remembered or {}).get(found) or _from_json(json.loads(body), topology)
+            for found, body in rows[:size]]
+    token = _encode_page_token(search, page[-1]) if len(rows) > size else ""
+    return page, token
+
+
+def reservation_id_of(name: str) -> str:
+    """The id in a reservation's name (`reservations/{id}` or the id); `InvalidArgument` otherwise."""
+    match = _RESERVATION_NAME.fullmatch(name or "")
+    if not match:
+        raise InvalidArgument(f"name: {validation.shown(name)} is not a reservation name like "
+                              "reservations/<32 hex digits>")
+    return match["id"]
+
+
+def read_visible(principal: Principal, name: str, lookup: Callable[[str], Reservation]) -> Reservation:
+    """The reservation called `name`, found by id with `lookup`, if `principal` may see it."""
+    _require_role(principal, "read reservations")
+    reservation = lookup(reservation_id_of(name))
+    if not principal.may_see(reservation.owner):
+        raise PermissionDenied(f"{reservation.name} belongs to another principal")
+    return reservation
+
+
+def read_row(query: Query, topology: Topology, reservation_id: str) -> Reservation:
+    """The reservation `reservation_id` from the `reservations` table `query` reads; `NotFound` if absent."""
+    rows = query("SELECT body FROM reservations WHERE id = ?", (reservation_id,))
+    if not rows:
+        raise NotFound(f"no reservation reservations/{reservation_id}")
+    return _from_json(json.loads(rows[0][0]), topology)
+
+
+def create_table(db: sqlite3.Connection) -> None:
     db.execute(
         """CREATE TABLE IF NOT EXISTS reservations (
                id TEXT PRIMARY KEY,

@@ -1,0 +1,306 @@
+"""`tsdn controller --store etcd://...`: one of several controllers sharing their state in etcd.
+
+Every controller connects to the switches (SLAVE) and serves the gRPC API from the start. While it
+follows, it answers reads (GetReservation, ListReservations) from a copy of the reservations kept
+warm by polling etcd's revision, and every other call with UNAVAILABLE naming the leader in the
+`tsdn-leader` trailer, which tsdn's client follows. When elected it claims OpenFlow MASTER with
+the election's generation on every switch, loads the state from etcd and becomes a full
+`Controller` on the same ports: the existing reconciliation makes every switch what the
+reservations want, and installs and moves in flight resume. A deposed leader writes nothing more
+(its etcd transactions fail their compare on the leader key, the switches took its MASTER role
+away) and re-executes itself as a follower.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from northbound import convert
+from northbound.auth import Authenticator
+from northbound.client import LEADER_TRAILER
+from northbound.loop import LoopThread
+from northbound.proto.tsdn.v1 import agent_pb2, bandwidth_pb2, topology_pb2, transfer_pb2
+from northbound.server import SERVICES, Controller, ControllerConfig, _credentials, _host_port, api_access
+from northbound.servicers import _status, status_message
+from sdn_app.core.errors import FailedPrecondition, TsdnError
+from sdn_app.core.reservations import create_table, list_page, read_row, read_visible
+from sdn_app.core.topology import Topology
+from sdn_app.ha.election import Election, Leader
+from sdn_app.ha.etcd import Etcd, prefix_end, unb64
+from sdn_app.ha.store import EtcdReplica, decode_row, leader_key, row_prefix
+
+log = logging.getLogger(__name__)
+
+VIEW_INTERVAL = 0.5  # seconds between looks at etcd's revision for the followers' copy
+FOLLOWER_READS = {"/tsdn.v1.BandwidthService/GetReservation", "/tsdn.v1.BandwidthService/ListReservations"}
+
+
+class ReservationView:
+    """A follower's copy of the stored reservations, in an in-memory `reservations` table."""
+
+    def __init__(self, etcd: Etcd, namespace: str, topology: Topology):
+        self.etcd = etcd
+        self.prefix = row_prefix(namespace, "reservations")
+        self.topology = topology
+        self.revision = 0
+        self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        create_table(self._db)
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        """Read every stored reservation again when the store changed since the last read."""
+        _, revision = self.etcd.range(self.prefix + "~", what="read the store's revision")  # no such key
+        if revision == self.revision:
+            return
+        kvs, revision = self.etcd.range(self.prefix, prefix_end(self.prefix), "read the reservations")
+        rows = [decode_row(unb64(kv.get("value", "")), unb64(kv["key"]).decode()) for kv in kvs]
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(reservations)")]
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM reservations")
+            self._db.executemany(f"INSERT INTO reservations ({', '.join(columns)}) "
+                                 f"VALUES ({', '.join('?' * len(columns))})",
+                                 [tuple(row.get(c) for c in columns) for row in rows])
+            self._db.execute("COMMIT")
+        self.revision = revision
+
+    def query(self, sql: str, parameters: tuple = ()) -> list[tuple]:
+        """Rows of a read-only query on the copy."""
+        with self._lock:
+            return self._db.execute(sql, parameters).fetchall()
+
+
+class FollowerServer:
+    """The gRPC API of a controller that follows: reads from the view, everything else to the leader."""
+
+    def __init__(self, config: ControllerConfig, auth: Authenticator, view: ReservationView,
+                 leader: Callable[[], Leader | None]):
+        self.config = config
+        self.auth = auth
+        self.view = view
+        self.leader = leader
+        self.loop = LoopThread("tsdn-follower")
+        self._stop = threading.Event()
+        self._refresher = threading.Thread(target=self._refresh, name="tsdn-follower-view", daemon=True)
+        credentials = _credentials(config)
+        try:
+            self.server = self.loop.run(self._server())
+            for address in (config.listen_grpc, *config.also_listen):
+                try:
+                    port = (self.loop.call(self.server.add_insecure_port, address) if credentials is None
+                            else self.loop.call(self.server.add_secure_port, address, credentials))
+                except RuntimeError as exc:
+                    raise FailedPrecondition(f"gRPC address {address}: cannot listen there ({exc})") from None
+                if not port:
+                    raise FailedPrecondition(f"gRPC address {address}: cannot listen there (in use?)")
+        except BaseException:
+            self.loop.close()
+            raise
+
+    async def _server(self) -> grpc.aio.Server:
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+        for module in (bandwidth_pb2, topology_pb2, agent_pb2, transfer_pb2):
+            for service in module.DESCRIPTOR.services_by_name.values():
+                for method in service.methods:
+                    path = f"/{service.full_name}/{method.name}"
+                    handlers.setdefault(service.full_name, {})[method.name] = self._handler(path, method)
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(name, methods)
+                                         for name, methods in handlers.items()])
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        return server
+
+    def _handler(self, path: str, method: Any) -> grpc.RpcMethodHandler:
+        from google.protobuf import message_factory
+
+        request_class = message_factory.GetMessageClass(method.input_type)
+        if path == "/tsdn.v1.BandwidthService/GetReservation":
+            return grpc.unary_unary_rpc_method_handler(self._get, request_class.FromString,
+                                                       bandwidth_pb2.Reservation.SerializeToString)
+        if path == "/tsdn.v1.BandwidthService/ListReservations":
+            return grpc.unary_unary_rpc_method_handler(self._list, request_class.FromString,
+                                                       bandwidth_pb2.ListReservationsResponse.SerializeToString)
+        kind = {(False, False): grpc.unary_unary_rpc_method_handler,
+                (False, True): grpc.unary_stream_rpc_method_handler,
+                (True, False): grpc.stream_unary_rpc_method_handler,
+                (True, True): grpc.stream_stream_rpc_method_handler}[(method.client_streaming, method.server_streaming)]
+        return kind(self._redirect, request_class.FromString, None)
+
+    async def _redirect(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        leader = self.leader()
+        if leader is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE,
+                                "this controller follows and no leader is elected yet; retry in a moment")
+        context.set_trailing_metadata(((LEADER_TRAILER, leader.address),))
+        await context.abort(grpc.StatusCode.UNAVAILABLE,
+                            f"this controller follows; the leader is {leader.address} "
+                            f"(generation {leader.generation}): send writes there")
+
+    async def _read(self, context: grpc.aio.ServicerContext, read: Callable[[], Any]) -> Any:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, read)
+        except TsdnError as error:
+            await context.abort(_status(error), status_message(error))
+
+    async def _get(self, request: bandwidth_pb2.GetReservationRequest, context: grpc.aio.ServicerContext) -> Any:
+        def read() -> bandwidth_pb2.Reservation:
+            principal = self.auth.authenticate(context.invocation_metadata())
+            convert.name_in(request.name)
+            return convert.reservation_out(read_visible(
+                principal, request.name, lambda found: read_row(self.view.query, self.view.topology, found)))
+        return await self._read(context, read)
+
+    async def _list(self, request: bandwidth_pb2.ListReservationsRequest, context: grpc.aio.ServicerContext) -> Any:
+        def read() -> bandwidth_pb2.ListReservationsResponse:
+            principal = self.auth.authenticate(context.invocation_metadata())
+            state = convert.state_in(request.state)
+            convert.name_in(request.dtn, "dtn")
+            convert.name_in(request.owner, "owner")
+            page, token = list_page(self.view.query, self.view.topology, principal, state, request.dtn,
+                                    request.owner, request.page_size, request.page_token)
+            return bandwidth_pb2.ListReservationsResponse(reservations=[convert.reservation_out(r) for r in page],
+                                                          next_page_token=token)
+        return await self._read(context, read)
+
+    def start(self) -> None:
+        """Serve, and keep the view warm."""
+        self.loop.run(self.server.start())
+        self.loop.run(self.health.set("", health_pb2.HealthCheckResponse.SERVING))
+        for service in SERVICES:  # a follower serves only reads: callers wanting the API go to the leader
+            self.loop.run(self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING))
+        self._refresher.start()
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(VIEW_INTERVAL):
+            try:
+                self.view.refresh()
+            except TsdnError as error:
+                log.warning("follower: the copy of the reservations is not refreshed: %s", error)
+
+    def stop(self) -> None:
+        """Stop serving at once (the leader's server takes the ports)."""
+        self._stop.set()
+        if self.loop.running:
+            self.loop.run(self.server.stop(0), timeout=5)
+            self.loop.close()
+
+
+class _FencedFabric:
+    """The fabric as an elected leader's core uses it: every write refused once `leads()` says no."""
+
+    def __init__(self, fabric: Any, leads: Callable[[], bool]):
+        object.__setattr__(self, "_fabric", fabric)
+        object.__setattr__(self, "_leads", leads)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fabric, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._fabric, name, value)
+
+    def apply_many(self, changes: Any, timeout: float = 5.0) -> list[str | None]:
+        if not self._leads():
+            return ["this controller is no longer the leader: nothing sent to the switches"] * len(changes)
+        return self._fabric.apply_many(changes, timeout)
+
+    def reconcile(self, switch: str, expected: Any, timeout: float = 5.0) -> Any:
+        if not self._leads():
+            raise RuntimeError("this controller is no longer the leader: nothing sent to the switches")
+        return self._fabric.reconcile(switch, expected, timeout)
+
+
+def reexec(reason: str) -> None:
+    """Start this process again from scratch, as a follower (the deposed leader's way back)."""
+    log.error("deposed: %s; restarting as a follower", reason)
+    logging.shutdown()
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+class HAController:
+    """One controller of several sharing `config.store`: follows, and leads when elected."""
+
+    def __init__(self, config: ControllerConfig, on_deposed: Callable[[str], None] = reexec):
+        """Check etcd answers, connect to the switches (SLAVE) and bind the API; nothing served until `start`."""
+        assert config.store is not None
+        self.config = config
+        self.topology = Topology.load(config.topology)
+        self.namespace = self.topology.name
+        self.etcd = Etcd(config.store)
+        self.etcd.range(leader_key(self.namespace), what="answer (checked at start)")
+        self.auth, _, _ = api_access(config)  # refused here as by a single controller
+        self.advertise = config.advertise or config.listen_grpc
+        self._on_deposed = on_deposed
+        self.leader: Controller | None = None
+        self._replica: EtcdReplica | None = None
+        self.elected = threading.Event()
+        self.fabric = None
+        if config.listen_openflow is not None:
+            from sdn_app.openflow.fabric import start_openflow
+
+            host, port = _host_port(config.listen_openflow, "--listen-openflow")
+            self.fabric = start_openflow(self.topology, host, port, config.emulation_scale)
+        self.election = Election(self.etcd, leader_key(self.namespace), self.advertise, config.lease_ttl,
+                                 self._elected, self._deposed)
+        try:
+            self.follower: FollowerServer | None = FollowerServer(
+                config, self.auth, ReservationView(self.etcd, self.namespace, self.topology), self.election.leader)
+        except BaseException:
+            if self.fabric is not None:
+                self.fabric.stop()
+            raise
+
+    @property
+    def address(self) -> str:
+        """The gRPC address served."""
+        return self.config.listen_grpc
+
+    def start(self) -> None:
+        """Serve as a follower and campaign."""
+        assert self.follower is not None
+        self.follower.start()
+        self.election.start()
+        log.info("tsdn controller (high availability): store %s, namespace %s, lease %ds, advertised as %s",
+                 self.config.store, self.namespace, self.config.lease_ttl, self.advertise)
+
+    def _elected(self, generation: int) -> None:
+        if self.fabric is not None and hasattr(self.fabric, "claim_role"):
+            refused = {switch: why for switch, why in self.fabric.claim_role(True, generation).items() if why}
+            if refused:
+                log.warning("OpenFlow MASTER refused by %d switch(es): %s", len(refused),
+                            "; ".join(f"{s}: {why}" for s, why in sorted(refused.items())))
+        replica = self._replica = EtcdReplica(self.etcd, self.namespace, generation)
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
+        fabric = _FencedFabric(self.fabric, self.election.is_leader) if self.fabric is not None else None
+        self.leader = Controller(self.config, replica=replica, fabric=fabric)
+        self.leader.start()
+        self.elected.set()
+        log.warning("leading: generation %d, %d reservation row(s) loaded from %s", generation,
+                    len(replica.rows("reservations")), self.config.store)
+
+    def _deposed(self, reason: str) -> None:
+        if self._replica is not None:
+            self._replica.fenced = f"deposed: {reason}"  # not one more commit, even if the lease lives on
+        self._on_deposed(reason)
+
+    def stop(self) -> None:
+        """Stop serving; a leader resigns so that a follower takes over at once."""
+        self.election.stop(resign=True)
+        if self.leader is not None:
+            self.leader.stop()
+        if self.follower is not None:
+            self.follower.stop()
+        if self.fabric is not None:
+            self.fabric.stop()

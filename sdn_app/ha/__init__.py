@@ -1,0 +1,1 @@
+"""High availability: several controllers sharing their state in etcd, one leader elected on it."""

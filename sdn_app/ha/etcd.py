@@ -1,0 +1,158 @@
+"""etcd as several controllers reach it: `etcd://HOST:PORT[,HOST:PORT...]`, any member answering.
+
+The client is `etcd3gw` (OpenStack's, over etcd's JSON gateway): maintained, pure Python over
+`requests`, and it exposes etcd's transactions as they are, which fencing needs (a compare on the
+leader key's create revision). A call goes to the member that answered last; a member that
+cannot be reached is skipped for the next. A call that timed out may still have been applied:
+`Ambiguous` says so, and the caller must not assume either way.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sdn_app.core.errors import InvalidArgument, Unavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+SCHEME = "etcd://"
+REQUEST_TIMEOUT = 1.0  # seconds: within a lease of 2 s, a frozen member must not hold us up longer
+
+
+class Ambiguous(Unavailable):
+    """etcd did not answer in time: the request may or may not have been applied."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One etcd member's client address."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_store(url: str) -> tuple[Endpoint, ...]:
+    """The members of `etcd://HOST:PORT[,HOST:PORT...]`; `InvalidArgument` naming what is wrong."""
+    if not url.startswith(SCHEME):
+        raise InvalidArgument(f"--store {url!r}: expected etcd://HOST:PORT[,HOST:PORT...]")
+    endpoints = []
+    for part in url[len(SCHEME):].split(","):
+        host, sep, port = part.strip().rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgument(f"--store {url!r}: {part.strip()!r} is not HOST:PORT with a port from 1 to 65535")
+        endpoints.append(Endpoint(host, int(port)))
+    return tuple(dict.fromkeys(endpoints))
+
+
+def b64(text: str | bytes) -> str:
+    """A key or value as etcd's JSON gateway takes it."""
+    return base64.b64encode(text.encode() if isinstance(text, str) else text).decode()
+
+
+def unb64(text: str) -> bytes:
+    """A key or value as etcd's JSON gateway gives it."""
+    return base64.b64decode(text)
+
+
+def prefix_end(prefix: str) -> str:
+    """The end of the key range holding every key that starts with `prefix`."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class Etcd:
+    """A client of one etcd cluster that fails over between its members."""
+
+    def __init__(self, url: str, timeout: float = REQUEST_TIMEOUT):
+        """Clients of every member of `url` (nothing is contacted yet)."""
+        with warnings.catch_warnings():  # etcd3gw's thread pool library imports eventlet, which warns it is deprecated
+            warnings.simplefilter("ignore")
+            import etcd3gw
+
+        self.url = url
+        self.endpoints = parse_store(url)
+        self.timeout = timeout
+        self._clients = [etcd3gw.Etcd3Client(host=e.host, port=e.port, timeout=timeout, api_path="/v3/")
+                         for e in self.endpoints]
+        self._current = 0
+        self._lock = threading.Lock()
+
+    def call(self, request: Callable[[Any], T], what: str) -> T:
+        """`request(client)` on the member that answered last, else on each other one in turn.
+
+        `Unavailable` naming every member's failure when none answers; `Ambiguous` when one
+        timed out (the request may have been applied there)."""
+        from etcd3gw import exceptions
+
+        with self._lock:
+            first = self._current
+        failures = []
+        for offset in range(len(self._clients)):
+            index = (first + offset) % len(self._clients)
+            try:
+                result = request(self._clients[index])
+            except exceptions.ConnectionTimeoutError as error:
+                raise Ambiguous(f"etcd member {self.endpoints[index]} did not answer {what} within "
+                                f"{self.timeout:g}s ({error}); it may have been applied") from None
+            except exceptions.InternalServerError as error:
+                if "timed out" in str(error) or "timeout" in str(error):
+                    raise Ambiguous(f"etcd member {self.endpoints[index]} timed out on {what} ({_short(error)}); "
+                                    "it may have been applied") from None
+                failures.append(f"{self.endpoints[index]}: {_short(error)}")
+                continue
+            except exceptions.ConnectionFailedError as error:
+                failures.append(f"{self.endpoints[index]}: {_short(error)}")
+                continue
+            except exceptions.Etcd3Exception as error:
+                raise Unavailable(f"etcd member {self.endpoints[index]} refused to {what}: {_short(error)}") from None
+            with self._lock:
+                self._current = index
+            return result
+        raise Unavailable(f"etcd ({self.url}) cannot {what}: " + "; ".join(failures))
+
+    def txn(self, compare: list[dict], success: list[dict], failure: list[dict] | None = None,
+            what: str = "commit a transaction") -> dict:
+        """One etcd transaction (gateway JSON): the response, `succeeded` always present."""
+        body = {"compare": compare, "success": success, "failure": failure or []}
+        response = self.call(lambda client: client.transaction(body), what)
+        response["succeeded"] = bool(response.get("succeeded", False))
+        return response
+
+    def range(self, key: str, end: str | None = None, what: str = "read") -> tuple[list[dict], int]:
+        """The key-values from `key` (up to `end`, else just `key`) and the store's revision then."""
+        body: dict[str, Any] = {"key": b64(key)}
+        if end is not None:
+            body["range_end"] = b64(end)
+        response = self.call(lambda client: client.post(client.get_url("/kv/range"), json=body), what)
+        return response.get("kvs", []), int(response["header"]["revision"])
+
+    def grant(self, ttl: int) -> int:
+        """A new lease of `ttl` seconds: its id."""
+        response = self.call(lambda client: client.post(client.get_url("/lease/grant"), json={"TTL": ttl}),
+                             "grant a lease")
+        return int(response["ID"])
+
+    def keepalive(self, lease: int) -> int:
+        """Renew `lease`: its TTL now (0 or less: it had expired)."""
+        response = self.call(lambda client: client.post(client.get_url("/lease/keepalive"), json={"ID": lease}),
+                             "renew the lease")
+        return int(response.get("result", {}).get("TTL", -1))
+
+    def revoke(self, lease: int) -> None:
+        """End `lease` now, deleting its keys."""
+        self.call(lambda client: client.post(client.get_url("/kv/lease/revoke"), json={"ID": lease}),
+                  "revoke the lease")
+
+
+def _short(error: Exception) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
