@@ -129,12 +129,14 @@ class TsdnClient:
         """After UNAVAILABLE from the controller in use: move to the leader it names (True: try
         there at once), else to the next address given (False: wait before trying)."""
         leader = _leader_named(error)
-        if leader and leader != self.target:
+        if leader and leader != self.target and (leader in self.targets or len(self.targets) == 1):
             self.target = leader
             return True
+        # A leader outside the addresses given may be unreachable from here (an agent in a Mininet
+        # host reaches the controllers by unix: sockets): the next address given is tried at once.
         self.target = self.targets[(self.targets.index(self.target) + 1) % len(self.targets)] \
             if self.target in self.targets else self.targets[0]
-        return False
+        return bool(leader)
 
     def _call(self, pick: Callable[[_Stubs], Callable[..., T]], request: Any) -> T:
         attempt = redirects = 0

@@ -241,7 +241,6 @@ class Controller:
         self.topology = Topology.load(config.topology)
         for warning in self.topology.unreachable_dtn_warnings():  # as `tsdn topo validate` says
             log.warning("%s: %s", config.topology, warning)
-        self.agents = AgentRegistry(self.topology, config.clock, config.agent_timeout, config.emulation_scale)
         for principal, dtn in sorted(self.auth.agent_dtns.items()):
             if dtn not in self.topology.dtns:
                 raise InvalidArgument(f"{config.tokens}: agent {principal}: dtn {dtn!r} is not a DTN of "
@@ -250,6 +249,8 @@ class Controller:
         self.ledger = Ledger(self.topology.capacities(), config.state, config.clock, exclusive=True, replica=replica)
         self.fabric = fabric
         try:
+            self.agents = AgentRegistry(self.topology, config.clock, config.agent_timeout, config.emulation_scale,
+                                        store=self.ledger)
             self.book = ReservationBook(self.topology, self.ledger, config.clock,
                                         provisioning=config.listen_openflow is not None,
                                         advisor=RateAdvisor(config.reroute), keep_ended=config.keep_ended)

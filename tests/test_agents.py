@@ -164,3 +164,20 @@ def test_dtn_is_for_agent_tokens_only(tmp_path):
                                "dtn": "caltech-a-dtn1"}])
     with pytest.raises(InvalidArgument, match="dtn is for agent tokens only"):
         Authenticator.from_file(path)
+
+
+def test_registrations_survive_a_restart_with_their_facts_and_are_due_a_heartbeat(tmp_path, clock):
+    from sdn_app.core.ledger import Ledger
+
+    topology = Topology.load(builtin_topology("sc16"))
+    ledger = Ledger(topology.capacities(), tmp_path / "state.db", clock)
+    AgentRegistry(topology, clock, 15.0, store=ledger).register(AGENT, "caltech-a-dtn1", FACTS)
+    ledger.close()
+
+    clock.advance(100)
+    reopened = AgentRegistry(topology, clock, 15.0, store=Ledger(topology.capacities(), tmp_path / "state.db", clock))
+    agent = reopened.get("caltech-a-dtn1")
+    assert (agent.state, agent.facts, agent.principal) == (AgentState.ONLINE, FACTS, AGENT.name)
+    assert reopened.heartbeat(AGENT, "caltech-a-dtn1").state is AgentState.ONLINE  # not NOT_FOUND: no re-register
+    clock.advance(15)
+    assert [e.state for e in reopened.tick()] == [AgentState.LOST]  # a dead agent is found out within the timeout

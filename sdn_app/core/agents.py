@@ -8,16 +8,25 @@ Pure: the time comes from the core's clock, and the `CoreWorker` calls `tick` wh
     registry.register(principal, "caltech-a-dtn1", facts)
     registry.heartbeat(principal, "caltech-a-dtn1")
     registry.tick()          # -> [AgentEvent(... LOST, "no heartbeat for 15 s")] once it falls silent
+
+Given the ledger (`store`), registrations are kept in its `agents` table (in etcd too, with
+several controllers): a controller that starts, or a follower elected leader, knows every agent
+and its host facts at once. Heartbeats are not stored (one write per agent every few seconds,
+for nothing): a loaded agent is ONLINE and its next heartbeat is due within the timeout.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field, replace
+import sqlite3
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from sdn_app.core.clock import Clock
 from sdn_app.core.errors import InvalidArgument, NotFound, PermissionDenied
+from sdn_app.core.ledger import Ledger
 from sdn_app.core.reservations import HostLimit, Principal, Role
 from sdn_app.core.topology import Topology
 
@@ -111,6 +120,7 @@ class AgentRegistry:
     clock: Clock
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     emulation_scale: float = 1.0  # hosts carry nominal rates x this (Mininet)
+    store: Ledger | None = None  # registrations kept in its `agents` table
     _agents: dict[str, Agent] = field(default_factory=dict, init=False)
     _events: list[AgentEvent] = field(default_factory=list, init=False)
 
@@ -120,6 +130,14 @@ class AgentRegistry:
                                   f"got {self.heartbeat_timeout}")
         if not 0 < self.emulation_scale <= 1:
             raise InvalidArgument(f"emulation scale: must be in (0, 1], got {self.emulation_scale}")
+        if self.store is not None:
+            self.store.write(_create_table)
+            now = self.clock.now()
+            for dtn, principal, registered, facts in self.store.query(
+                    "SELECT id, principal, registered, facts FROM agents ORDER BY id"):
+                if dtn in self.topology.dtns:  # an agent of a DTN the topology lost stays in the store only
+                    self._agents[dtn] = Agent(dtn, AgentState.ONLINE, _facts_in(json.loads(facts)), principal,
+                                              registered, now, "registered before this controller started")
 
     def register(self, principal: Principal, dtn: str, facts: AgentFacts, bound_dtn: str | None = None) -> Agent:
         """Record (or replace) the agent of `dtn` with `facts`, ONLINE as of now.
@@ -135,6 +153,8 @@ class AgentRegistry:
         now = self.clock.now()
         before = self._agents.get(dtn)
         agent = Agent(dtn, AgentState.ONLINE, facts, principal.name, now, now)
+        if self.store is not None:  # first: a store that refuses it (a deposed leader) leaves everything as it was
+            self.store.write(lambda db: _save(db, agent))
         self._agents[dtn] = agent
         if before is None:
             self._emit(None, agent, "registered")
@@ -232,3 +252,23 @@ class AgentRegistry:
         event = AgentEvent(previous, agent.state, reason, agent, self.clock.now())
         self._events.append(event)
         return event
+
+
+def _create_table(db: sqlite3.Connection) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS agents (id TEXT PRIMARY KEY, principal TEXT NOT NULL, "
+               "registered REAL NOT NULL, facts TEXT NOT NULL)")
+
+
+def _save(db: sqlite3.Connection, agent: Agent) -> None:
+    db.execute("INSERT INTO agents (id, principal, registered, facts) VALUES (?, ?, ?, ?) ON CONFLICT (id) DO "
+               "UPDATE SET principal=excluded.principal, registered=excluded.registered, facts=excluded.facts",
+               (agent.dtn, agent.principal, agent.registered, json.dumps(asdict(agent.facts), sort_keys=True)))
+
+
+def _facts_in(data: dict[str, Any]) -> AgentFacts:
+    """Facts as `_save` stored them (lists back to tuples)."""
+    nics = tuple(NicFacts(**{**nic, "local_cpus": tuple(nic["local_cpus"]), "warnings": tuple(nic["warnings"])})
+                 for nic in data["nics"])
+    rdma = tuple(RdmaFacts(d["name"], tuple(d["netdevs"])) for d in data["rdma_devices"])
+    numa = tuple((int(node), tuple(cpus)) for node, cpus in data["numa_nodes"])
+    return AgentFacts(nics, rdma, tuple(data["cpus"]), numa, data["agent_version"], data["hostname"], data["data_nic"])

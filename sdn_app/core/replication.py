@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 # The tables held in the shared store, each keyed by its `id` column.
-REPLICATED_TABLES = ("bookings", "reservations", "transfers")
+REPLICATED_TABLES = ("bookings", "reservations", "transfers", "agents")
 _CHANGED = "tsdn_changed"  # a temporary table
 
 

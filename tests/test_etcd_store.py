@@ -1,0 +1,93 @@
+"""The controllers' state in a real etcd: what one leader commits the next one loads, each change
+one etcd transaction, and a deposed leader's commit lands nowhere (fenced on the leader key)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from sdn_app.core.clock import SystemClock
+from sdn_app.core.errors import Fenced, NoCapacity
+from sdn_app.core.ledger import Ledger
+from sdn_app.core.paths import PathRequest
+from sdn_app.core.reservations import Principal, ReservationBook, Role
+from sdn_app.core.topology import Topology
+from sdn_app.ha.etcd import Etcd, b64
+from sdn_app.ha.store import EtcdReplica, leader_key, row_prefix
+from topologies import builtin_topology
+
+ADMIN = Principal("noc", Role.ADMIN)
+NAMESPACE = "ring8"
+
+
+@pytest.fixture(scope="module")
+def topology() -> Topology:
+    return Topology.load(builtin_topology("ring8"))
+
+
+def elect(etcd: Etcd) -> int:
+    """Take the leader key (as an election would): the generation, its create revision."""
+    key = leader_key(NAMESPACE)
+    etcd.txn([], [{"request_delete_range": {"key": b64(key)}}])
+    response = etcd.txn([{"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
+                        [{"request_put": {"key": b64(key), "value": b64(json.dumps({"address": "test"}))}}])
+    assert response["succeeded"]
+    return int(response["header"]["revision"])
+
+
+def leader_book(etcd: Etcd, topology: Topology) -> ReservationBook:
+    ledger = Ledger(topology.capacities(), replica=EtcdReplica(etcd, NAMESPACE, elect(etcd)))
+    return ReservationBook(topology, ledger, SystemClock())
+
+
+def request(src: str, dst: str, gbps: int) -> PathRequest:
+    now = time.time()
+    return PathRequest(src, dst, gbps * 10**9, now, now + 3600)
+
+
+def stored(etcd: Etcd, table: str) -> dict[str, dict]:
+    prefix = row_prefix(NAMESPACE, table)
+    kvs, _ = etcd.range(prefix, prefix[:-1] + "0")
+    return {json.loads(__import__("base64").b64decode(kv["value"]))["id"]: kv for kv in kvs}
+
+
+def test_the_next_leader_loads_what_the_last_one_committed(etcd, topology):
+    client = Etcd(etcd.url)
+    first = leader_book(client, topology)
+    kept = first.create(ADMIN, request("dtn1", "dtn5", 60))
+    released = first.create(ADMIN, request("dtn2", "dtn6", 30))
+    first.release(ADMIN, released.name)
+
+    second = leader_book(client, topology)
+    assert second.get(ADMIN, kept.name).route == kept.route
+    assert second.get(ADMIN, released.name).state.is_final
+    assert [b.id for b in second.ledger.bookings()] == [kept.id]
+    with pytest.raises(NoCapacity):  # the loaded booking holds its capacity: 60G + 60G on s1>s2 does not fit
+        second.create(ADMIN, request("dtn1", "dtn3", 60))
+
+
+def test_a_create_is_one_etcd_transaction(etcd, topology):
+    client = Etcd(etcd.url)
+    book = leader_book(client, topology)
+    made = book.create(ADMIN, request("dtn1", "dtn5", 10))
+    booking, reservation = stored(client, "bookings")[made.id], stored(client, "reservations")[made.id]
+    assert booking["mod_revision"] == reservation["mod_revision"]  # one revision: both or neither
+
+
+def test_a_deposed_leaders_commit_lands_nowhere(etcd, topology):
+    client = Etcd(etcd.url)
+    old = leader_book(client, topology)
+    before = old.create(ADMIN, request("dtn1", "dtn5", 10))
+    new = leader_book(client, topology)  # another election: the old leader's generation is gone
+    _, revision = client.range(leader_key(NAMESPACE))
+
+    with pytest.raises(Fenced, match="no longer the leader"):
+        old.create(ADMIN, request("dtn2", "dtn6", 10))
+    with pytest.raises(Fenced):
+        old.release(ADMIN, before.name)
+    assert client.range(leader_key(NAMESPACE))[1] == revision  # etcd unchanged
+    assert [b.id for b in old.ledger.bookings()] == [before.id]  # nor the deposed leader's own memory
+    assert new.get(ADMIN, before.name).state is before.state
+    assert new.create(ADMIN, request("dtn2", "dtn6", 10)).state.value in ("ACTIVE", "PROVISIONING")
