@@ -21,10 +21,12 @@ class ControllerProcess:
 
     def __init__(self, workdir: Path, openflow: tuple[str, int] | None = None, scale: float = 1.0, *,
                  principal: str, token: str, topology: str = "sc16", extra: tuple[str, ...] = (),
-                 more_tokens: tuple[dict, ...] = ()):
+                 more_tokens: tuple[dict, ...] = (), store: str | None = None):
         """`extra`: more `tsdn controller` arguments, e.g. ("--keep-ended", "10s"); `more_tokens`: more
-        entries of its tokens file ({"principal": ..., "role": ..., "token": ...})."""
+        entries of its tokens file ({"principal": ..., "role": ..., "token": ...}); `store`: an
+        etcd://... shared with other controllers, instead of a state file of its own."""
         self.extra = extra
+        self.store = store
         self.more_tokens = more_tokens
         self.workdir = workdir
         self.principal, self.token, self.topology = principal, token, topology
@@ -47,7 +49,8 @@ class ControllerProcess:
         tokens.write_text(yaml.safe_dump({"tokens": [entry, *self.more_tokens]}))
         tokens.chmod(0o600)
         command = [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", self.topology,
-                   "--listen-grpc", "127.0.0.1:0", "--state", str(self.workdir / "tsdn.db"),
+                   "--listen-grpc", "127.0.0.1:0",
+                   *(("--store", self.store) if self.store else ("--state", str(self.workdir / "tsdn.db"))),
                    "--tokens", str(tokens), "--log-level", "WARNING", *self.extra]
         if self.openflow is None:
             command.append("--no-openflow")

@@ -20,6 +20,7 @@ import sqlite3
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -93,6 +94,7 @@ class FollowerServer:
         self._stop = threading.Event()
         self._refresher = threading.Thread(target=self._refresh, name="tsdn-follower-view", daemon=True)
         credentials = _credentials(config)
+        self.port = 0
         try:
             self.server = self.loop.run(self._server())
             for address in (config.listen_grpc, *config.also_listen):
@@ -103,6 +105,8 @@ class FollowerServer:
                     raise FailedPrecondition(f"gRPC address {address}: cannot listen there ({exc})") from None
                 if not port:
                     raise FailedPrecondition(f"gRPC address {address}: cannot listen there (in use?)")
+                if address == config.listen_grpc:
+                    self.port = port
         except BaseException:
             self.loop.close()
             raise
@@ -239,7 +243,6 @@ class HAController:
         self.etcd = Etcd(config.store)
         self.etcd.range(leader_key(self.namespace), what="answer (checked at start)")
         self.auth, _, _ = api_access(config)  # refused here as by a single controller
-        self.advertise = config.advertise or config.listen_grpc
         self._on_deposed = on_deposed
         self.leader: Controller | None = None
         self._replica: EtcdReplica | None = None
@@ -250,8 +253,8 @@ class HAController:
 
             host, port = _host_port(config.listen_openflow, "--listen-openflow")
             self.fabric = start_openflow(self.topology, host, port, config.emulation_scale)
-        self.election = Election(self.etcd, leader_key(self.namespace), self.advertise, config.lease_ttl,
-                                 self._elected, self._deposed)
+        self.election = Election(self.etcd, leader_key(self.namespace), config.advertise or config.listen_grpc,
+                                 config.lease_ttl, self._elected, self._deposed)
         try:
             self.follower: FollowerServer | None = FollowerServer(
                 config, self.auth, ReservationView(self.etcd, self.namespace, self.topology), self.election.leader)
@@ -259,6 +262,10 @@ class HAController:
             if self.fabric is not None:
                 self.fabric.stop()
             raise
+        # Port 0 picked a port: the leader serves on that same one, and says so to the others.
+        host = config.listen_grpc.rsplit(":", 1)[0]
+        self.config = config = replace(config, listen_grpc=f"{host}:{self.follower.port}")
+        self.election.address = self.advertise = config.advertise or config.listen_grpc
 
     @property
     def address(self) -> str:
@@ -268,6 +275,8 @@ class HAController:
     def start(self) -> None:
         """Serve as a follower and campaign."""
         assert self.follower is not None
+        if self.fabric is not None and hasattr(self.fabric, "claim_role"):
+            self.fabric.claim_role(False, 0)  # SLAVE: no writes, no packet-outs, until elected
         self.follower.start()
         self.election.start()
         log.info("tsdn controller (high availability): store %s, namespace %s, lease %ds, advertised as %s",

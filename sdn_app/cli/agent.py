@@ -36,7 +36,9 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     run = sub.add_parser("run", help="run the agent: register this DTN with the controller and send heartbeats")
     run.add_argument("--controller", default=os.environ.get("TSDN_CONTROLLER", "127.0.0.1:50051"),
-                     metavar="HOST:PORT", help="controller's gRPC address (env TSDN_CONTROLLER)")
+                     metavar="HOST:PORT[,HOST:PORT...]",
+                     help="controller's gRPC address, or those of several controllers sharing a store (the agent "
+                          "follows the leader) (env TSDN_CONTROLLER)")
     run.add_argument("--name", required=True, metavar="DTN", help="this host's DTN name in the topology")
     run.add_argument("--token-file", default=os.environ.get("TSDN_TOKEN_FILE"), metavar="FILE",
                      help="file holding the agent's bearer token (env TSDN_TOKEN_FILE)")

@@ -61,6 +61,14 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="episodes, the kinds in turn (default 240; 48 with --quick; at least 8)")
     advisor.add_argument("--seed", type=int, default=16, help="random seed for the episodes")
     advisor.set_defaults(run=run_advisor)
+    failover = sub.add_parser("failover", help="kill -9 of the leader of 3 controllers sharing etcd, ring8 in Mininet: "
+                                               "time to a new OpenFlow MASTER and to the first admission, what was "
+                                               "lost; admissions per second on etcd against SQLite (needs root, "
+                                               "Mininet, OVS, etcd)")
+    failover.add_argument("--quick", action="store_true", help="one round of the admission rates; under 2 min")
+    failover.add_argument("--etcd-cluster", type=int, choices=(1, 3), default=1, metavar="N",
+                          help="etcd members on loopback: 1 (default) or 3")
+    failover.set_defaults(run=run_failover)
 
 
 def run_paths(args: argparse.Namespace) -> int:
@@ -121,3 +129,10 @@ def run_advisor(args: argparse.Namespace) -> int:
     from benchmarks.advisor import main
 
     return main(quick=args.quick, seed=args.seed, episodes=args.episodes)
+
+
+def run_failover(args: argparse.Namespace) -> int:
+    """`tsdn bench failover [--quick] [--etcd-cluster 3]`."""
+    from benchmarks.failover import main
+
+    return main(quick=args.quick, etcd_members=args.etcd_cluster)

@@ -38,7 +38,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     store.add_argument("--store", metavar="etcd://HOST:PORT[,HOST:PORT...]",
                        help="share the state with other controllers in etcd (docs/ha.md): one leader, elected on an "
                             "etcd lease, writes switches and state; the others follow, answer reads and send writes "
-                            "to it. etcd must run with --max-txn-ops 10000")
+                            "to it. etcd must run with --max-txn-ops 10000 --max-request-bytes 8388608")
     parser.add_argument("--lease-ttl", type=int, default=2, metavar="S",
                         help="with --store: seconds of the leader's lease, 2 to 60; a dead leader is replaced "
                              "after about this long (default 2)")

@@ -25,6 +25,16 @@ SCHEME = "etcd://"
 REQUEST_TIMEOUT = 1.0  # seconds: within a lease of 2 s, a frozen member must not hold us up longer
 
 
+def import_etcd3gw() -> Any:
+    """The etcd3gw module, imported without the deprecation warning its thread pool library's import
+    of eventlet prints at every start."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import etcd3gw
+        import etcd3gw.exceptions
+    return etcd3gw
+
+
 class Ambiguous(Unavailable):
     """etcd did not answer in time: the request may or may not have been applied."""
 
@@ -74,9 +84,7 @@ class Etcd:
 
     def __init__(self, url: str, timeout: float = REQUEST_TIMEOUT):
         """Clients of every member of `url` (nothing is contacted yet)."""
-        with warnings.catch_warnings():  # etcd3gw's thread pool library imports eventlet, which warns it is deprecated
-            warnings.simplefilter("ignore")
-            import etcd3gw
+        etcd3gw = import_etcd3gw()
 
         self.url = url
         self.endpoints = parse_store(url)
@@ -91,7 +99,7 @@ class Etcd:
 
         `Unavailable` naming every member's failure when none answers; `Ambiguous` when one
         timed out (the request may have been applied there)."""
-        from etcd3gw import exceptions
+        exceptions = import_etcd3gw().exceptions
 
         with self._lock:
             first = self._current
