@@ -1,9 +1,11 @@
 """`tsdn controller --store etcd://...`: one of several controllers sharing their state in etcd.
 
 Every controller connects to the switches (SLAVE) and serves the gRPC API from the start. While it
-follows, it answers reads (GetReservation, ListReservations) from a copy of the reservations kept
-warm by polling etcd's revision, and every other call with UNAVAILABLE naming the leader in the
-`tsdn-leader` trailer, which tsdn's client follows. When elected it claims OpenFlow MASTER with
+follows, it answers reads (GetReservation, ListReservations) from a copy of the reservations, kept
+warm by reading twice a second the rows changed since its last read (etcd3gw's watch stream
+hangs without a word when its member dies; a read fails over to another member), and every
+other call with UNAVAILABLE naming the leader in the `tsdn-leader` trailer, which tsdn's client
+follows. When elected it claims OpenFlow MASTER with
 the election's generation on every switch, loads the state from etcd and becomes a full
 `Controller` on the same ports: the existing reconciliation makes every switch what the
 reservations want, and installs and moves in flight resume. A deposed leader writes nothing more
@@ -19,6 +21,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -42,7 +45,8 @@ from sdn_app.ha.store import EtcdReplica, decode_row, leader_key, row_prefix
 
 log = logging.getLogger(__name__)
 
-VIEW_INTERVAL = 0.5  # seconds between looks at etcd's revision for the followers' copy
+REJOIN_RETRY = 2.0  # seconds between tries of a deposed leader cut off from etcd
+VIEW_INTERVAL = 0.5  # seconds between reads of what changed, for the followers' copy
 FOLLOWER_READS = {"/tsdn.v1.BandwidthService/GetReservation", "/tsdn.v1.BandwidthService/ListReservations"}
 
 
@@ -59,17 +63,17 @@ class ReservationView:
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
-        """Read every stored reservation again when the store changed since the last read."""
-        _, revision = self.etcd.range(self.prefix + "~", what="read the store's revision")  # no such key
-        if revision == self.revision:
+        """Take in the reservations stored or changed since the last call (one read of what changed)."""
+        kvs, revision = self.etcd.range(self.prefix, prefix_end(self.prefix), "read the reservations",
+                                        min_mod_revision=self.revision + 1)
+        if not kvs:
+            self.revision = revision
             return
-        kvs, revision = self.etcd.range(self.prefix, prefix_end(self.prefix), "read the reservations")
         rows = [decode_row(unb64(kv.get("value", "")), unb64(kv["key"]).decode()) for kv in kvs]
         columns = [row[1] for row in self._db.execute("PRAGMA table_info(reservations)")]
-        with self._lock:
+        with self._lock:  # reservation rows are never deleted: ended ones stay, so upserts are the whole story
             self._db.execute("BEGIN")
-            self._db.execute("DELETE FROM reservations")
-            self._db.executemany(f"INSERT INTO reservations ({', '.join(columns)}) "
+            self._db.executemany(f"INSERT OR REPLACE INTO reservations ({', '.join(columns)}) "
                                  f"VALUES ({', '.join('?' * len(columns))})",
                                  [tuple(row.get(c) for c in columns) for row in rows])
             self._db.execute("COMMIT")
@@ -224,11 +228,28 @@ class _FencedFabric:
         return self._fabric.reconcile(switch, expected, timeout)
 
 
+REJOIN = "TSDN_HA_REJOIN"  # set in a re-executed deposed leader: wait for etcd rather than fail
+
+
 def reexec(reason: str) -> None:
     """Start this process again from scratch, as a follower (the deposed leader's way back)."""
     log.error("deposed: %s; restarting as a follower", reason)
     logging.shutdown()
+    os.environ[REJOIN] = "1"
     os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+def _reach(etcd: Etcd, key: str) -> None:
+    """Check etcd answers; a deposed leader cut off from it (a partition) waits until it does."""
+    while True:
+        try:
+            etcd.range(key, what="answer (checked at start)")
+            return
+        except TsdnError as error:
+            if not os.environ.get(REJOIN):
+                raise
+            log.warning("waiting for etcd to rejoin as a follower: %s", error)
+            time.sleep(REJOIN_RETRY)
 
 
 class HAController:
@@ -241,7 +262,7 @@ class HAController:
         self.topology = Topology.load(config.topology)
         self.namespace = self.topology.name
         self.etcd = Etcd(config.store)
-        self.etcd.range(leader_key(self.namespace), what="answer (checked at start)")
+        _reach(self.etcd, leader_key(self.namespace))
         self.auth, _, _ = api_access(config)  # refused here as by a single controller
         self._on_deposed = on_deposed
         self.leader: Controller | None = None
@@ -275,15 +296,18 @@ class HAController:
     def start(self) -> None:
         """Serve as a follower and campaign."""
         assert self.follower is not None
-        if self.fabric is not None and hasattr(self.fabric, "claim_role"):
-            self.fabric.claim_role(False, 0)  # SLAVE: no writes, no packet-outs, until elected
+        if self.fabric is not None:
+            # SLAVE (no writes, no packet-outs) until elected, with the leader's generation: an older
+            # one would be refused by switches as stale.
+            kvs, _ = self.etcd.range(leader_key(self.namespace), what="read the leader key")
+            self.fabric.claim_role(False, int(kvs[0].get("create_revision", 0)) if kvs else 0)
         self.follower.start()
         self.election.start()
         log.info("tsdn controller (high availability): store %s, namespace %s, lease %ds, advertised as %s",
                  self.config.store, self.namespace, self.config.lease_ttl, self.advertise)
 
     def _elected(self, generation: int) -> None:
-        if self.fabric is not None and hasattr(self.fabric, "claim_role"):
+        if self.fabric is not None:
             refused = {switch: why for switch, why in self.fabric.claim_role(True, generation).items() if why}
             if refused:
                 log.warning("OpenFlow MASTER refused by %d switch(es): %s", len(refused),

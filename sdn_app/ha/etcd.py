@@ -135,11 +135,15 @@ class Etcd:
         response["succeeded"] = bool(response.get("succeeded", False))
         return response
 
-    def range(self, key: str, end: str | None = None, what: str = "read") -> tuple[list[dict], int]:
-        """The key-values from `key` (up to `end`, else just `key`) and the store's revision then."""
+    def range(self, key: str, end: str | None = None, what: str = "read",
+              min_mod_revision: int = 0) -> tuple[list[dict], int]:
+        """The key-values from `key` (up to `end`, else just `key`), changed at `min_mod_revision` or
+        later, and the store's revision then."""
         body: dict[str, Any] = {"key": b64(key)}
         if end is not None:
             body["range_end"] = b64(end)
+        if min_mod_revision:
+            body["min_mod_revision"] = str(min_mod_revision)
         response = self.call(lambda client: client.post(client.get_url("/kv/range"), json=body), what)
         return response.get("kvs", []), int(response["header"]["revision"])
 
