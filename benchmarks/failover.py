@@ -44,7 +44,7 @@ from benchmarks.controller_process import ControllerProcess
 from benchmarks.etcd_cluster import EtcdCluster
 from benchmarks.northbound import machine
 from benchmarks.report import free_port, print_result, say
-from benchmarks.setup import ensure_ovs, mininet_missing, mn_clean, ovs
+from benchmarks.setup import ensure_ovs_without_network, mininet_missing, mn_clean, ovs
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from sdn_app.core.topology import Topology
@@ -191,10 +191,7 @@ def run(quick: bool = False, etcd_members: int = 1) -> dict:
     topology = Topology.load(builtin_topology(TOPOLOGY))
     scale = default_scale(topology)
     facts = machine()
-    ensure_ovs()
-    if ovs("list-br").split():
-        raise RuntimeError("Open vSwitch already has bridges: another Mininet network is running; stop it "
-                           "(or run `mn -c` if it is a leftover) and try again")
+    ensure_ovs_without_network()
     rate_count = 150 if quick else 400
     rounds = 1 if quick else 3
     with tempfile.TemporaryDirectory(prefix="tsdn-bench-failover-") as tmp:

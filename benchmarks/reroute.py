@@ -45,7 +45,7 @@ from pathlib import Path
 from benchmarks.controller_process import ControllerProcess
 from benchmarks.northbound import machine, percentile_ms
 from benchmarks.report import free_port, print_result, say
-from benchmarks.setup import connected_bridges, ensure_ovs, mininet_missing, mn_clean, ovs
+from benchmarks.setup import connected_bridges, ensure_ovs_without_network, mininet_missing, mn_clean
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
@@ -316,10 +316,7 @@ def run(quick: bool = False) -> dict:
     topology = Topology.load(builtin_topology(TOPOLOGY))
     scale = default_scale(topology)
     facts = machine()
-    ensure_ovs()
-    if ovs("list-br").split():
-        raise RuntimeError("Open vSwitch already has bridges: another Mininet network is running; stop it "
-                           "(or run `mn -c` if it is a leftover) and try again")
+    ensure_ovs_without_network()
     with tempfile.TemporaryDirectory(prefix="tsdn-bench-reroute-") as tmp:
         workdir = Path(tmp)
         pairs = pairs_across(topology, LINK)[:rounds.affected]

@@ -134,6 +134,15 @@ def ovs(*args: str, timeout: float = 10) -> str:
                           timeout=timeout).stdout
 
 
+def ensure_ovs_without_network() -> None:
+    """`ensure_ovs`, then RuntimeError when Open vSwitch already has bridges (another network runs)."""
+    ensure_ovs()
+    bridges = ovs("list-br").split()
+    if bridges:
+        raise RuntimeError(f"Open vSwitch already has bridges ({', '.join(bridges)}): another Mininet network "
+                           "is running; stop it (or run `mn -c` if it is a leftover) and try again")
+
+
 def ensure_ovs() -> None:
     """Start Open vSwitch in userspace unless ovsdb already answers."""
     def running() -> bool:
@@ -574,11 +583,7 @@ def run(quick: bool = False, sequential: int | None = None, batch: int | None = 
             f"p99 {percentile_ms(base.sequential.setup(), 0.99)} ms; {sizes.batch} at once in "
             f"{base.batch.wall and round(base.batch.wall, 3)} s")
 
-        ensure_ovs()
-        bridges = ovs("list-br").split()
-        if bridges:
-            raise RuntimeError(f"Open vSwitch already has bridges ({', '.join(bridges)}): another Mininet network "
-                               "is running; stop it (or run `mn -c` if it is a leftover) and try again")
+        ensure_ovs_without_network()
         port = free_port()
         controller = ControllerProcess(workdir / "openflow", ("127.0.0.1", port), scale, principal=PRINCIPAL,
                                        token=TOKEN)

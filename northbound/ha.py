@@ -34,9 +34,9 @@ from northbound.auth import Authenticator
 from northbound.client import LEADER_TRAILER
 from northbound.loop import LoopThread
 from northbound.proto.tsdn.v1 import agent_pb2, bandwidth_pb2, topology_pb2, transfer_pb2
-from northbound.server import SERVICES, Controller, ControllerConfig, _credentials, _host_port, api_access
+from northbound.server import SERVICES, Controller, ControllerConfig, _credentials, _host_port, api_access, bind
 from northbound.servicers import _status, status_message
-from sdn_app.core.errors import FailedPrecondition, TsdnError
+from sdn_app.core.errors import TsdnError
 from sdn_app.core.reservations import create_table, list_page, read_row, read_visible
 from sdn_app.core.topology import Topology
 from sdn_app.ha.election import Election, Leader
@@ -97,20 +97,9 @@ class FollowerServer:
         self.loop = LoopThread("tsdn-follower")
         self._stop = threading.Event()
         self._refresher = threading.Thread(target=self._refresh, name="tsdn-follower-view", daemon=True)
-        credentials = _credentials(config)
-        self.port = 0
         try:
             self.server = self.loop.run(self._server())
-            for address in (config.listen_grpc, *config.also_listen):
-                try:
-                    port = (self.loop.call(self.server.add_insecure_port, address) if credentials is None
-                            else self.loop.call(self.server.add_secure_port, address, credentials))
-                except RuntimeError as exc:
-                    raise FailedPrecondition(f"gRPC address {address}: cannot listen there ({exc})") from None
-                if not port:
-                    raise FailedPrecondition(f"gRPC address {address}: cannot listen there (in use?)")
-                if address == config.listen_grpc:
-                    self.port = port
+            self.port = bind(self.loop, self.server, config, _credentials(config))
         except BaseException:
             self.loop.close()
             raise

@@ -222,6 +222,23 @@ def api_access(config: ControllerConfig) -> tuple[Authenticator, grpc.ServerCred
     return auth, credentials, plaintext
 
 
+def bind(loop: LoopThread, server: grpc.aio.Server, config: ControllerConfig,
+         credentials: grpc.ServerCredentials | None) -> int:
+    """Bind `server` to `--listen-grpc` and every `--also-listen`; the port of the first (chosen by
+    the OS for port 0). `FailedPrecondition` naming an address that cannot be listened on."""
+    first = 0
+    for address in (config.listen_grpc, *config.also_listen):
+        try:
+            port = (loop.call(server.add_insecure_port, address) if credentials is None
+                    else loop.call(server.add_secure_port, address, credentials))
+        except RuntimeError as exc:
+            raise FailedPrecondition(f"gRPC address {address}: cannot listen there ({exc})") from None
+        if not port:
+            raise FailedPrecondition(f"gRPC address {address}: cannot listen there (in use?)")
+        first = first or port
+    return first
+
+
 class Controller:
     """A running controller: the reservation book on its worker thread, served over gRPC."""
 
@@ -285,16 +302,7 @@ class Controller:
         self.loop = LoopThread("tsdn-grpc")
         try:
             self.health, self.server = self.loop.run(self._grpc_server())
-            self.port = 0
-            for address in (config.listen_grpc, *config.also_listen):
-                try:
-                    port = (self.loop.call(self.server.add_insecure_port, address) if credentials is None
-                            else self.loop.call(self.server.add_secure_port, address, credentials))
-                except RuntimeError as exc:
-                    raise FailedPrecondition(f"gRPC address {address}: cannot listen there ({exc})") from None
-                if not port:
-                    raise FailedPrecondition(f"gRPC address {address}: cannot listen there (in use?)")
-                self.port = self.port or port
+            self.port = bind(self.loop, self.server, config, credentials)
         except BaseException:
             self.loop.close()
             self.ledger.close()
