@@ -8,8 +8,9 @@
 Every call has a deadline. Calls are retried with exponential backoff while the controller is
 UNAVAILABLE (restarting, say); CreateReservation is retried with the same `request_id`, so a
 retry never books twice. Given several controllers (`"h1:50051,h2:50051,h3:50051"`), a call
-that finds one unavailable tries the next, and one answered by a follower goes to the leader
-the follower names. Failures raise `ApiError` with the status code and the server's message.
+that finds one unavailable (or that one did not answer within the deadline) tries the next,
+and one answered by a follower goes to the leader the follower names. Failures raise `ApiError`
+with the status code and the server's message.
 """
 
 from __future__ import annotations
@@ -145,6 +146,11 @@ class TsdnClient:
                 return pick(self._stubs())(request, timeout=self.timeout, metadata=self._metadata)
             except grpc.RpcError as error:
                 code = error.code()
+                if code is grpc.StatusCode.DEADLINE_EXCEEDED and len(self.targets) > 1 and attempt < self.retries:
+                    # A controller that takes connections but answers nothing (frozen, cut off): the next one.
+                    self._unavailable(error)
+                    attempt += 1
+                    continue
                 if code is not grpc.StatusCode.UNAVAILABLE:
                     raise ApiError(code, error.details() or code.name) from None
                 if self._unavailable(error) and redirects < MAX_REDIRECTS:

@@ -301,7 +301,7 @@ class HAController:
             if refused:
                 log.warning("OpenFlow MASTER refused by %d switch(es): %s", len(refused),
                             "; ".join(f"{s}: {why}" for s, why in sorted(refused.items())))
-        replica = self._replica = EtcdReplica(self.etcd, self.namespace, generation)
+        replica = self._replica = EtcdReplica(self.etcd, self.namespace, generation, self._fenced)
         if self.follower is not None:
             self.follower.stop()
             self.follower = None
@@ -311,6 +311,11 @@ class HAController:
         self.elected.set()
         log.warning("leading: generation %d, %d reservation row(s) loaded from %s", generation,
                     len(replica.rows("reservations")), self.config.store)
+
+    def _fenced(self, why: str) -> None:
+        """A commit found this controller may no longer write (on the core thread): step down now,
+        from another thread (stepping down stops the core)."""
+        threading.Thread(target=self.election.depose, args=(why,), name="tsdn-step-down", daemon=True).start()
 
     def _deposed(self, reason: str) -> None:
         if self._replica is not None:

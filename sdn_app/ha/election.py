@@ -61,6 +61,8 @@ class Election:
         self.lease = 0
         self._renewal_sent = -float("inf")  # monotonic time of the last renewal the lease answered alive
         self._stop = threading.Event()
+        self._deposing = threading.Lock()
+        self._deposed = False
         self._leader: Leader | None = None
         self._thread = threading.Thread(target=self._run, name="tsdn-election", daemon=True)
 
@@ -114,6 +116,11 @@ class Election:
             self._leader = Leader(self.address, self.generation, socket.gethostname(), os.getpid())
             return True
         kvs = response["responses"][0].get("response_range", {}).get("kvs", [])
+        if kvs and int(kvs[0].get("lease", 0)) == self.lease:
+            # Our own key: an earlier attempt that timed out (Ambiguous) was applied after all.
+            self.generation = int(kvs[0]["create_revision"])
+            self._leader = Leader(self.address, self.generation, socket.gethostname(), os.getpid())
+            return True
         self._leader = _leader_of(kvs[0]) if kvs else None
         # Keep our own lease alive while we wait, so the next attempt needs no new one.
         while not self._stop.wait(POLL_INTERVAL):
@@ -135,7 +142,7 @@ class Election:
             self._on_elected(self.generation)
         except Exception as error:
             log.exception("taking over as leader failed")
-            self._depose(f"taking over failed: {error}")
+            self.depose(f"taking over failed: {error}")
             return
         while not self._stop.wait(self.ttl / 4):
             sent = time.monotonic()
@@ -145,17 +152,27 @@ class Election:
                 if self.is_leader():
                     log.warning("lease renewal failed, retrying: %s", error)
                     continue
-                self._depose(f"the lease could not be renewed for {self.ttl}s: {error}")
+                self.depose(f"the lease could not be renewed for {self.ttl}s: {error}")
                 return
             if not alive or not self.is_leader():
                 # A renewal after a freeze longer than the TTL may still find the lease alive (etcd
                 # expires leases lazily): our own clock already said we may be deposed. Never resume.
-                self._depose("the lease expired (this controller was frozen or cut off longer than its TTL)")
+                self.depose("the lease expired (this controller was frozen or cut off longer than its TTL)")
                 return
             self._renewal_sent = sent
 
-    def _depose(self, reason: str) -> None:
+    def depose(self, reason: str) -> None:
+        """Stop leading at once (this controller can no longer write safely): the lease is revoked,
+        so that another controller is elected without waiting for it to expire. Once only."""
+        with self._deposing:
+            if self._deposed:
+                return
+            self._deposed = True
         self.generation = 0
+        try:
+            self.etcd.revoke(self.lease)
+        except TsdnError as error:
+            log.warning("could not revoke the lease (it expires within %ds): %s", self.ttl, error)
         if not self._stop.is_set():
             self._on_deposed(reason)
 

@@ -94,11 +94,12 @@ class Etcd:
         self._current = 0
         self._lock = threading.Lock()
 
-    def call(self, request: Callable[[Any], T], what: str) -> T:
+    def call(self, request: Callable[[Any], T], what: str, idempotent: bool = True) -> T:
         """`request(client)` on the member that answered last, else on each other one in turn.
 
-        `Unavailable` naming every member's failure when none answers; `Ambiguous` when one
-        timed out (the request may have been applied there)."""
+        `Unavailable` naming every member's failure when none answers. A member that times out
+        is passed over for the next one, unless the request is not `idempotent` (a transaction):
+        then `Ambiguous` (it may have been applied there), and the next call starts elsewhere."""
         exceptions = import_etcd3gw().exceptions
 
         with self._lock:
@@ -106,32 +107,39 @@ class Etcd:
         failures = []
         for offset in range(len(self._clients)):
             index = (first + offset) % len(self._clients)
+            member = self.endpoints[index]
             try:
                 result = request(self._clients[index])
-            except exceptions.ConnectionTimeoutError as error:
-                raise Ambiguous(f"etcd member {self.endpoints[index]} did not answer {what} within "
-                                f"{self.timeout:g}s ({error}); it may have been applied") from None
-            except exceptions.InternalServerError as error:
-                if "timed out" in str(error) or "timeout" in str(error):
-                    raise Ambiguous(f"etcd member {self.endpoints[index]} timed out on {what} ({_short(error)}); "
-                                    "it may have been applied") from None
-                failures.append(f"{self.endpoints[index]}: {_short(error)}")
+            except (exceptions.ConnectionTimeoutError, exceptions.InternalServerError) as error:
+                timed_out = isinstance(error, exceptions.ConnectionTimeoutError) or "time" in str(error)
+                if timed_out and not idempotent:
+                    self._pass_over(index)
+                    raise Ambiguous(f"etcd member {member} did not answer {what} within {self.timeout:g}s "
+                                    f"({_short(error)}); it may have been applied") from None
+                problem = f"no answer within {self.timeout:g}s" if timed_out else _short(error)
+                failures.append(f"{member}: {problem}")
                 continue
             except exceptions.ConnectionFailedError as error:
-                failures.append(f"{self.endpoints[index]}: {_short(error)}")
+                failures.append(f"{member}: cannot connect ({_short(error) if str(error).strip() else 'refused'})")
                 continue
             except exceptions.Etcd3Exception as error:
-                raise Unavailable(f"etcd member {self.endpoints[index]} refused to {what}: {_short(error)}") from None
+                raise Unavailable(f"etcd member {member} refused to {what}: {_short(error)}") from None
             with self._lock:
                 self._current = index
             return result
+        self._pass_over(first)
         raise Unavailable(f"etcd ({self.url}) cannot {what}: " + "; ".join(failures))
+
+    def _pass_over(self, index: int) -> None:
+        """Start the next call at the member after `index`."""
+        with self._lock:
+            self._current = (index + 1) % len(self._clients)
 
     def txn(self, compare: list[dict], success: list[dict], failure: list[dict] | None = None,
             what: str = "commit a transaction") -> dict:
         """One etcd transaction (gateway JSON): the response, `succeeded` always present."""
         body = {"compare": compare, "success": success, "failure": failure or []}
-        response = self.call(lambda client: client.transaction(body), what)
+        response = self.call(lambda client: client.transaction(body), what, idempotent=False)
         response["succeeded"] = bool(response.get("succeeded", False))
         return response
 

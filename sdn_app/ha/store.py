@@ -12,7 +12,7 @@ never both book the same capacity, whatever their clocks or pauses.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sdn_app.core.errors import Fenced, Unavailable
@@ -64,9 +64,11 @@ def load_rows(etcd: Etcd, namespace: str) -> tuple[dict[str, list[dict[str, Any]
 class EtcdReplica:
     """The `Replica` of a leader elected with `generation` (its leader key's create revision)."""
 
-    def __init__(self, etcd: Etcd, namespace: str, generation: int):
-        """Read every stored row now: the state this leader starts from."""
+    def __init__(self, etcd: Etcd, namespace: str, generation: int, on_fenced: Callable[[str], None] = lambda _: None):
+        """Read every stored row now: the state this leader starts from. `on_fenced(why)` is told
+        when a commit finds this controller may no longer write."""
         self.etcd = etcd
+        self._on_fenced = on_fenced
         self.namespace = namespace
         self.generation = generation
         self.description = f"{etcd.url} (namespace {namespace})"
@@ -100,13 +102,15 @@ class EtcdReplica:
                                      what=f"commit {len(changes)} row(s)")
         except Ambiguous as error:
             # Applied or not, this controller no longer knows the store's state: it must not write again.
-            self.fenced = f"the shared state may have changed without this controller knowing: {error}"
-            raise Fenced(self.fenced) from None
+            self._fence(f"the shared state may have changed without this controller knowing: {error}")
         if not response["succeeded"]:
-            holder = _holder(response)
-            self.fenced = (f"this controller is no longer the leader (elected with generation {self.generation}; "
-                           f"{holder}): it writes nothing more")
-            raise Fenced(self.fenced)
+            self._fence(f"this controller is no longer the leader (elected with generation {self.generation}; "
+                        f"{_holder(response)}): it writes nothing more")
+
+    def _fence(self, why: str) -> None:
+        self.fenced = why
+        self._on_fenced(why)
+        raise Fenced(why)
 
 
 def _holder(response: dict) -> str:
