@@ -70,6 +70,25 @@ then an optional scale, positional or `scale=`)::
         --switch ovs,datapath=user,protocols=OpenFlow13 \\
         --controller remote,ip=127.0.0.1,port=6653
 
+Several controllers (high availability: every switch connects to each, one takes the
+OpenFlow MASTER role): `start_network(..., controllers=[("127.0.0.1", 6653), ("127.0.0.1",
+6633)])`, or one `--controller` option per controller: `mn` appends them all and points
+every switch at each::
+
+    sudo .venv/bin/python /usr/bin/mn --custom topologies/mininet_builder.py \\
+        --topo tsdn,topologies/ring8.yaml \\
+        --controller remote,ip=127.0.0.1,port=6653 \\
+        --controller remote,ip=127.0.0.1,port=6633
+
+Keep the controllers off ports 6654 and up: `mn` (not `start_network`) also makes every
+switch listen for `ovs-ofctl` on its own port, from 6654 up, one per switch (`--listenport`).
+Each switch has one Open vSwitch Controller record per controller, with `max_backoff`
+`MAX_BACKOFF_MS` (a controller that comes up, or back, is connected within about a second;
+Open vSwitch's own default backs off to 8 s) and `inactivity_probe` `INACTIVITY_PROBE_MS`
+(Open vSwitch's default, set explicitly: an idle connection is probed after 5 s and dropped
+5 s later, so a controller paused longer than that reconnects when it wakes up, with a new
+connection whose role is EQUAL until it claims one).
+
 The switches are OVS userspace bridges whatever `--switch` says (the topology sets their
 class and options), and links are TCLinks whatever `--link` says. Add `--test none` to
 build, start and stop the network (ring8: about 2 s, sc16: about 6 s). Every other `--test`
@@ -126,6 +145,52 @@ CROSS_MTU = 9000
 
 LLDP_RATE = "100kbit"
 """Rate of the HTB class that carries LLDP on each switch-to-switch interface."""
+
+MAX_BACKOFF_MS = 1000
+"""Longest wait between a switch's attempts to connect to a controller (OVS `max_backoff`)."""
+
+INACTIVITY_PROBE_MS = 5000
+"""Idle time before a switch probes a controller connection, and drops it after as long again."""
+
+
+class TsdnSwitch(OVSSwitch):
+    """Mininet's OVSSwitch whose Controller records also get `INACTIVITY_PROBE_MS` (Mininet sets only
+    `max_backoff`, from `reconnectms`)."""
+
+    def start(self, controllers) -> None:
+        """Create the bridge and its controller records; then tune the records unless batched."""
+        super().start(controllers)
+        if not self.batch:
+            tune_controllers([self.name])
+
+    @classmethod
+    def batchStartup(cls, switches, run=None):
+        """Start `switches` in one ovs-vsctl call (Mininet's batch startup); then tune their records."""
+        started = super().batchStartup(switches) if run is None else super().batchStartup(switches, run)
+        tune_controllers([switch.name for switch in started])
+        return started
+
+
+def tune_controllers(bridges: list[str]) -> None:
+    """Set `inactivity_probe` and `max_backoff` on every Controller record of `bridges` (two ovs-vsctl calls)."""
+    if not bridges:
+        return
+    get = ["ovs-vsctl", "--timeout=10"]
+    for bridge in bridges:
+        get += ["--", "get", "Bridge", bridge, "controller"]
+    listed = subprocess.run(get, capture_output=True, text=True, timeout=60)
+    if listed.returncode != 0:
+        raise RuntimeError(f"listing the controllers of {', '.join(bridges)} failed: {listed.stderr.strip()}")
+    command = ["ovs-vsctl", "--timeout=10"]
+    for line in listed.stdout.splitlines():  # one "[uuid, uuid]" per bridge
+        for uuid in filter(None, (u.strip() for u in line.strip().strip("[]").split(","))):
+            command += ["--", "set", "Controller", uuid, f"inactivity_probe={INACTIVITY_PROBE_MS}",
+                        f"max_backoff={MAX_BACKOFF_MS}"]
+    if len(command) == 2:
+        return
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise RuntimeError(f"setting the controllers of {', '.join(bridges)} failed: {done.stderr.strip()}")
 
 
 def _load(topology: Topology | str | Path) -> Topology:
@@ -269,8 +334,8 @@ class TsdnTopo(Topo):
         """Add the file's switches, DTNs, links and access links, and the cross-traffic hosts asked for."""
         spec = self.topology.spec
         for switch in spec.switches:
-            self.addSwitch(self.mn_name(switch.name), cls=OVSSwitch, dpid=f"{switch.dpid:016x}",
-                           failMode="secure", datapath="user", protocols="OpenFlow13")
+            self.addSwitch(self.mn_name(switch.name), cls=TsdnSwitch, dpid=f"{switch.dpid:016x}",
+                           failMode="secure", datapath="user", protocols="OpenFlow13", reconnectms=MAX_BACKOFF_MS)
         for dtn in spec.dtns:
             self.addHost(self.mn_name(dtn.name), ip=f"{dtn.ipv4}/{self.prefix_length}", mac=dtn.mac)
         for link in spec.links:
@@ -469,27 +534,50 @@ def _remove_leftovers(topo: TsdnTopo) -> None:
             subprocess.run(["ip", "link", "del", name], capture_output=True, timeout=10, check=False)
 
 
+def _controller_targets(controller: tuple[str, int] | None,
+                       controllers: Iterable[tuple[str, int]] | None) -> list[tuple[str, int]]:
+    """The (ip, port) of every controller the switches connect to; refuse what cannot be one."""
+    if controller is not None and controllers is not None:
+        raise InvalidArgument("give controller=(ip, port) or controllers=[(ip, port), ...], not both")
+    wanted = [controller] if controller is not None else list(controllers or ())
+    targets: list[tuple[str, int]] = []
+    for target in wanted:
+        try:
+            ip, port = target
+            port = int(port)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"controller {target!r}: expected (ip, port)") from None
+        if not 0 < port < 65536:
+            raise InvalidArgument(f"controller {ip}:{port}: port outside 1..65535")
+        if (ip, port) in targets:
+            raise InvalidArgument(f"controller {ip}:{port} given twice")
+        targets.append((str(ip), port))
+    return targets
+
+
 @contextlib.contextmanager
 def start_network(topology: Topology | str | Path, scale: float | None = None,
                   controller: tuple[str, int] | None = None,
-                  cross_traffic: Iterable[str] = ()) -> Iterator[RunningNetwork]:
+                  cross_traffic: Iterable[str] = (),
+                  controllers: Iterable[tuple[str, int]] | None = None) -> Iterator[RunningNetwork]:
     """Build and start the network of `topology`, yield a `RunningNetwork`, stop it on exit.
 
     `topology` is a `Topology`, a file path or a built-in name; `scale` defaults to
     `default_scale(topology)`; `controller=(ip, port)` points every switch at a remote
-    OpenFlow controller, `None` leaves them without one (secure fail mode: empty tables,
-    nothing forwarded); `cross_traffic` names the switches that get a cross-traffic host.
+    OpenFlow controller, `controllers=[(ip, port), ...]` at each of several (give one or
+    the other), neither leaves them without one (secure fail mode: empty tables, nothing
+    forwarded); `cross_traffic` names the switches that get a cross-traffic host.
     Bad input raises before anything is created; on exit, even after an error, the network
     is stopped and its bridges and interfaces removed.
     """
+    targets = _controller_targets(controller, controllers)
     topo = TsdnTopo(topology, scale, cross_traffic)
     _require_system()
     net = Mininet(topo=topo, build=False, switch=OVSSwitch, host=Host, link=TCLink, controller=None,
                   autoSetMacs=False, cleanup=False)
     try:
-        if controller is not None:
-            ip, port = controller
-            net.addController(RemoteController("c0", ip=ip, port=int(port)))
+        for index, (ip, port) in enumerate(targets):
+            net.addController(RemoteController(f"c{index}", ip=ip, port=port))
         net.build()
         net.start()
         disable_tx_checksum_offload(net)

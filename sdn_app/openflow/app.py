@@ -25,6 +25,17 @@ nothing about reservations; its handlers unpack an event and hand over:
 - load: a poller thread sends every connected switch a port stats request each
   `STATS_INTERVAL`; each complete reply (every part gathered) goes to
   `port_stats_hook(dpid, counters, monotonic_time)` (the fabric's `UtilizationMeter`).
+- roles (several controllers, `claim`): until a role is claimed nothing above changes. Once
+  claimed, every switch that connects is sent the role request first; its base flows, LLDP
+  and `on_connected` wait for the switch to confirm MASTER (a SLAVE gets none of them: Open
+  vSwitch refuses a slave's flow-mods and packet-outs; `on_connected` comes once per
+  connection, when it first confirms MASTER). A switch that answers a MASTER claim
+  as stale (OFPRRFC_STALE), demotes this controller (the role status Open vSwitch sends when
+  another controller claims MASTER) or refuses a write as from a slave (OFPBRC_IS_SLAVE)
+  deposes it: logged at ERROR with the switch and the generation, and `write_refusal` says no
+  to every write until a new claim. After a stale answer the switch is asked its generation
+  (NOCHANGE) and this controller takes SLAVE at it, so the switch itself refuses its writes.
+  Port stats, port status and multipart reads work in every role.
 
 Threads: os-ken runs these handlers on the app's event thread; `Fabric.apply` runs on the
 caller's. Shared state (datapaths, waiters, xids) is guarded by one lock.
@@ -56,6 +67,9 @@ LOG = logging.getLogger("tsdn.openflow")
 LLDP_INTERVAL = 1.0  # seconds between LLDP frames on each monitored port
 SILENCE_TIMEOUT = 3.5  # seconds without LLDP on a link heard before: the link is down
 STATS_INTERVAL = 1.0  # seconds between port stats requests to each switch (link load)
+ROLE_NAMES = {ofproto_v1_3.OFPCR_ROLE_EQUAL: "equal", ofproto_v1_3.OFPCR_ROLE_MASTER: "master",
+              ofproto_v1_3.OFPCR_ROLE_SLAVE: "slave", ofproto_v1_3.OFPCR_ROLE_NOCHANGE: "nochange"}
+NO_GENERATION = (1 << 64) - 1  # what Open vSwitch reports while no generation was ever set
 
 
 @dataclass(frozen=True)
@@ -115,6 +129,24 @@ class Replies:
         self.gone = False
 
 
+@dataclass
+class RoleRequest:
+    """One role request to one switch connection, and what came of it."""
+
+    dp: object
+    role: int  # OFPCR_ROLE_* asked for
+    generation: int
+    # "claim"; "query" (NOCHANGE after a stale answer, to learn the switch's generation);
+    # "fallback" (SLAVE at that generation)
+    stage: str = "claim"
+    done: bool = False
+    reason: str | None = None  # None: confirmed
+
+    @property
+    def role_name(self) -> str:
+        return ROLE_NAMES.get(self.role, f"role {self.role}").upper()
+
+
 class TsdnOpenFlowApp(app_manager.OSKenApp):
     """Base flows, ARP answers, datapath tracking and barrier/error routing for the fabric."""
 
@@ -140,6 +172,15 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         # (dpid, counters, monotonic time) of each complete port stats reply; on the event thread, must not block
         self.port_stats_hook: Callable[[int, list[PortCounters], float], None] | None = None
         self._port_stats: dict[int, list[PortCounters]] = {}  # dpid -> parts of a reply being gathered
+        # Roles (guarded by the lock). `wanted` stays None until `claim`: single-controller mode.
+        self.wanted: str | None = None  # "master" or "slave": the role claimed
+        self.role = "equal"  # the role held: "master" until a switch says otherwise
+        self.generation = 0  # of the claim
+        self.demoted: str | None = None  # why this controller no longer holds MASTER, in words
+        self.newest_generation = 0  # the highest generation a switch reported
+        self.switch_roles: dict[int, tuple[str, int]] = {}  # dpid -> (role, generation) its connection confirmed
+        self._role_requests: dict[tuple[int, int], RoleRequest] = {}  # (dpid, xid) -> request in flight
+        self._told: set[int] = set()  # dpids whose connection `on_connected` was called for
 
     def start(self):
         """Start the event loop, the LLDP sender and the port stats poller."""
@@ -249,6 +290,11 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         dp = ev.msg.datapath
         if self.topology.switch_by_dpid(dp.id) is None:
             LOG.warning("switch with dpid %#x is not in topology %s; default deny only", dp.id, self.topology.name)
+        with self.lock:
+            if self.wanted is None:  # with a role claimed, they follow the switch's MASTER confirmation
+                self._send_base_flows(dp)
+
+    def _send_base_flows(self, dp) -> None:
         self.send(dp, encoder.table_miss_drop(dp))
         self.send(dp, encoder.arp_to_controller(dp))
         self.send(dp, encoder.lldp_to_controller(dp))
@@ -259,16 +305,30 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         if dp.id is None:
             return
         with self.lock:
+            claimed = self.wanted is not None
             if ev.state == MAIN_DISPATCHER:
                 self.datapaths[dp.id] = dp
+                self.switch_roles.pop(dp.id, None)
+                self._told.discard(dp.id)
                 LOG.info("switch %s (dpid %#x) connected from %s", self.switch_name(dp.id), dp.id, dp.address)
                 self._link_events(self.links.switch_connected(dp.id, time.monotonic()))
-                self._send_lldp(dp, [port for dpid, port in self.links.lldp_targets() if dpid == dp.id])
+                if claimed:  # the role first: what follows (reconciliation) writes to the switch
+                    self._send_role(self._role_request(dp))
+                else:
+                    self._send_lldp(dp, [port for dpid, port in self.links.lldp_targets() if dpid == dp.id])
             elif ev.state == DEAD_DISPATCHER and self.datapaths.get(dp.id) is dp:
                 del self.datapaths[dp.id]
                 LOG.info("switch %s (dpid %#x) disconnected", self.switch_name(dp.id), dp.id)
                 self._port_desc.pop(dp.id, None)
                 self._port_stats.pop(dp.id, None)
+                self.switch_roles.pop(dp.id, None)
+                self._told.discard(dp.id)
+                for key, request in list(self._role_requests.items()):
+                    if request.dp is dp:
+                        del self._role_requests[key]
+                        request.done = True
+                        request.reason = (request.reason
+                                          or f"switch {self.switch_name(dp.id)} (dpid {dp.id:#x}) disconnected")
                 self._link_events(self.links.switch_disconnected(dp.id, time.monotonic()))
                 for (dpid, _), waiter in list(self._waiting.items()):
                     if dpid == dp.id:
@@ -280,13 +340,19 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
                         replies.cond.notify_all()
             else:
                 return
+            if ev.state == MAIN_DISPATCHER and not claimed:
+                self._told.add(dp.id)
             self.changed.notify_all()
+        if ev.state == MAIN_DISPATCHER and not claimed:
+            self._tell_connected(dp.id)
+
+    def _tell_connected(self, dpid: int) -> None:
         hook = self.on_connected
-        if ev.state == MAIN_DISPATCHER and hook is not None:
+        if hook is not None:
             try:
-                hook(dp.id)
+                hook(dpid)
             except Exception:
-                LOG.exception("the switch-connected listener failed for %s", self.switch_name(dp.id))
+                LOG.exception("the switch-connected listener failed for %s", self.switch_name(dpid))
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def barrier_reply(self, ev) -> None:
@@ -301,7 +367,15 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
     def error(self, ev) -> None:
         msg = ev.msg
         dpid = msg.datapath.id
+        ofp = msg.datapath.ofproto
         with self.lock:
+            request = self._role_requests.pop((dpid, msg.xid), None)
+            if request is not None:
+                self._role_refused(request, msg.type, msg.code)
+                self.changed.notify_all()
+                return
+            if (msg.type, msg.code) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE):
+                self._is_slave(msg.datapath)
             waiter = self._waiting.get((dpid, msg.xid))
             if waiter is not None:
                 waiter.errors.append((dpid, msg.xid, msg.type, msg.code))
@@ -347,11 +421,184 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         if in_port is None:
             return
         answer = arp_answer(self.topology, dp.id, in_port, eth.src, req.opcode, req.src_mac, req.src_ip, req.dst_ip)
-        if answer is None:
+        if answer is None or not self.may_packet_out(dp.id):
             return
         with contextlib.suppress(ConnectionError):
             self.send(dp, encoder.arp_reply(dp, in_port, asker_mac=answer.asker_mac, asker_ip=answer.asker_ip,
                                             target_mac=answer.target_mac, target_ip=answer.target_ip))
+
+    # -- roles (several controllers) ---------------------------------------------------------
+
+    def claim(self, leader: bool, generation: int) -> dict[int, RoleRequest]:
+        """Claim MASTER (`leader`) or SLAVE with `generation` on every connected switch, and on every
+        switch that connects from now on; the requests sent, by dpid (see `RoleRequest.done`)."""
+        if not 0 <= generation < NO_GENERATION:
+            raise ValueError(f"generation id {generation} is not a 64-bit unsigned number below 2^64-1")
+        with self.lock:
+            self.wanted = self.role = "master" if leader else "slave"
+            self.generation = generation
+            self.demoted = None
+            self.switch_roles.clear()
+            requests = {dpid: self._role_request(dp) for dpid, dp in self.datapaths.items()}
+            for request in requests.values():
+                self._send_role(request)
+            return requests
+
+    def may_packet_out(self, dpid: int) -> bool:
+        """Whether this controller may send packet-outs to switch `dpid` (no role claimed, or its MASTER)."""
+        with self.lock:
+            return self.wanted is None or (self.role == "master"
+                                           and self.switch_roles.get(dpid) == ("master", self.generation))
+
+    def write_refusal(self, dpids: Iterable[int]) -> str | None:
+        """Why this controller must not write to switches `dpids` now; None when it may."""
+        with self.lock:
+            if self.wanted is None:
+                return None
+            if self.role != "master":
+                why = f": {self.demoted}" if self.demoted else ""
+                return (f"this controller is not the OpenFlow master (role {self.role}, "
+                        f"generation {self.generation}){why}")
+            unconfirmed = sorted(d for d in set(dpids) if self.switch_roles.get(d) != ("master", self.generation))
+            if unconfirmed:
+                return "; ".join(f"switch {self.switch_name(d)} (dpid {d:#x}) has not confirmed this controller as "
+                                 f"OpenFlow master (generation {self.generation})" for d in unconfirmed)
+            return None
+
+    def _role_request(self, dp) -> RoleRequest:
+        """The request that claims this controller's role on `dp` (under the lock)."""
+        ofp = dp.ofproto
+        if self.role == "master":
+            return RoleRequest(dp, ofp.OFPCR_ROLE_MASTER, self.generation)
+        # a deposed master asks for SLAVE at the newest generation it knows of
+        return RoleRequest(dp, ofp.OFPCR_ROLE_SLAVE, max(self.generation, self.newest_generation))
+
+    def _send_role(self, request: RoleRequest) -> None:
+        """Send `request` and route its reply or error to it (under the lock)."""
+        dp = request.dp
+        try:
+            xid = self.send(dp, encoder.role_request(dp, request.role, request.generation))
+        except ConnectionError:
+            request.done = True
+            request.reason = f"switch {self.switch_name(dp.id)} (dpid {dp.id:#x}) disconnected"
+            return
+        self._role_requests[(dp.id, xid)] = request
+
+    def _saw_generation(self, generation: int) -> None:
+        if generation != NO_GENERATION:
+            self.newest_generation = max(self.newest_generation, generation)
+
+    def _demote(self, dp, why: str, log: str) -> None:
+        """Switch `dp` says this controller is not its master (`why`, for refusals; `log`, for the ERROR
+        line): once it claimed MASTER, every write is refused from now on (under the lock)."""
+        if self.wanted != "master":
+            return
+        if self.role == "master":
+            self.role = "slave"
+            self.demoted = why
+            self.changed.notify_all()
+            after = "was deposed and sends no more writes until a newer claim"
+        else:
+            after = "stays deposed"
+        LOG.error("switch %s (dpid %#x): %s; this controller (OpenFlow MASTER claimed with generation %d) %s",
+                  self.switch_name(dp.id), dp.id, log, self.generation, after)
+
+    def _is_slave(self, dp) -> None:
+        """Switch `dp` refused a write as from a slave (under the lock)."""
+        if self.datapaths.get(dp.id) is dp:
+            self.switch_roles[dp.id] = ("slave", self.switch_roles.get(dp.id, ("", self.generation))[1])
+        self._demote(dp, f"switch {self.switch_name(dp.id)} considers this controller a SLAVE "
+                         "(another controller took MASTER)",
+                     "refused a write with OFPBRC_IS_SLAVE: another controller took the OpenFlow MASTER role")
+
+    def _role_refused(self, request: RoleRequest, type_: int, code: int) -> None:
+        """The switch answered `request` with an error (under the lock)."""
+        dp = request.dp
+        ofp = dp.ofproto
+        name = self.switch_name(dp.id)
+        if (type_, code) == (ofp.OFPET_ROLE_REQUEST_FAILED, ofp.OFPRRFC_STALE) and request.stage == "claim":
+            request.reason = f"stale generation {request.generation}: the switch has seen a newer master"
+            if request.role == ofp.OFPCR_ROLE_MASTER and request.generation == self.generation:
+                self._demote(dp, f"switch {name} answered that generation {request.generation} is stale",
+                             f"refused OpenFlow MASTER with generation {request.generation} as stale "
+                             "(OFPRRFC_STALE): the switch has seen a newer master")
+            # Learn the switch's generation, then take SLAVE at it (`role_reply` goes on).
+            request.stage = "query"
+            request.role = ofp.OFPCR_ROLE_NOCHANGE
+            self._send_role(request)
+            return
+        what = encoder.describe_error(ofp, type_, code)
+        if request.stage == "claim":
+            request.reason = f"the switch refused OpenFlow role {request.role_name}: {what}"
+        else:
+            LOG.warning("switch %s (dpid %#x) refused role %s (generation %d) after a stale answer: %s", name, dp.id,
+                        request.role_name, request.generation, what)
+        request.done = True
+
+    @set_ev_cls(ofp_event.EventOFPRoleReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def role_reply(self, ev) -> None:
+        """A switch confirmed a role (or, after a stale answer, told its generation)."""
+        msg = ev.msg
+        dp = msg.datapath
+        ofp = dp.ofproto
+        connected = False
+        with self.lock:
+            request = self._role_requests.pop((dp.id, msg.xid), None)
+            if request is None:
+                return
+            self._saw_generation(msg.generation_id)
+            current = self.datapaths.get(dp.id) is dp
+            role = ROLE_NAMES.get(msg.role, f"role {msg.role}")
+            if request.stage == "query":
+                newer = msg.generation_id
+                request.reason = (f"stale generation {request.generation}: the switch has seen a newer master"
+                                  + (f" (generation {newer})" if newer != NO_GENERATION else ""))
+                request.done = True
+                if current and newer != NO_GENERATION:
+                    self._send_role(RoleRequest(dp, ofp.OFPCR_ROLE_SLAVE, newer, stage="fallback"))
+            else:
+                request.done = True
+                if current:
+                    self.switch_roles[dp.id] = (role, request.generation)
+                if msg.role != request.role:
+                    request.reason = f"the switch answered role {role.upper()} to a {request.role_name} request"
+                if request.stage == "fallback":
+                    LOG.warning("switch %s (dpid %#x): this controller is now OpenFlow %s at generation %d",
+                                self.switch_name(dp.id), dp.id, role.upper(), request.generation)
+                else:
+                    LOG.info("switch %s (dpid %#x): OpenFlow role %s confirmed (generation %d)",
+                             self.switch_name(dp.id), dp.id, role.upper(), request.generation)
+                if current and role == "master" and self.role == "master" and request.generation == self.generation:
+                    with contextlib.suppress(ConnectionError):
+                        self._send_base_flows(dp)
+                    self._send_lldp(dp, [port for dpid, port in self.links.lldp_targets() if dpid == dp.id])
+                    # the switch is ready for writes: reconciliation may start (once per connection)
+                    connected = dp.id not in self._told
+                    self._told.add(dp.id)
+            self.changed.notify_all()
+        if connected:
+            self._tell_connected(dp.id)
+
+    @set_ev_cls(ofp_event.EventOFPExperimenter, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def experimenter(self, ev) -> None:
+        """Open vSwitch's role status: another controller's MASTER claim made this one a SLAVE."""
+        msg = ev.msg
+        dp = msg.datapath
+        status = encoder.role_status(msg.experimenter, msg.exp_type, msg.data)
+        if status is None:
+            return
+        role, _, generation = status
+        with self.lock:
+            self._saw_generation(generation)
+            name = ROLE_NAMES.get(role, f"role {role}")
+            if self.datapaths.get(dp.id) is dp:
+                self.switch_roles[dp.id] = (name, self.switch_roles.get(dp.id, ("", self.generation))[1])
+            if role == dp.ofproto.OFPCR_ROLE_SLAVE:
+                self._demote(dp, f"switch {self.switch_name(dp.id)} made it SLAVE: another controller claimed MASTER "
+                                 f"with generation {generation}",
+                             f"demoted this controller to SLAVE: another controller claimed MASTER with generation "
+                             f"{generation}")
+            self.changed.notify_all()
 
     # -- link verification ------------------------------------------------------------------
 
@@ -397,8 +644,10 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
             self._link_events(self.links.lldp_seen(origin[0], origin[1], dp.id, in_port, time.monotonic()))
 
     def _send_lldp(self, dp, ports: Iterable[int]) -> None:
-        """Send tsdn's LLDP frame out of each of `ports` of `dp` and tell the monitor."""
+        """Send tsdn's LLDP frame out of each of `ports` of `dp` and tell the monitor (not as a slave)."""
         with self.lock:
+            if not self.may_packet_out(dp.id):
+                return
             for port in ports:
                 known = getattr(dp, "ports", None) or {}
                 mac = known[port].hw_addr if port in known else _port_mac(dp.id, port)

@@ -28,6 +28,10 @@ real `ofproto_v1_3` modules) and returns message objects; nothing is sent here.
 - LLDP (link verification): `lldp_to_controller` (priority 1, eth_type 0x88cc, cookie 0),
   `lldp_packet_out` with `lldp_frame`, `lldp_origin` reading a frame back, `port_is_up`.
 - `describe_error(ofproto, type, code)`: `OFPET_BAD_ACTION/OFPBAC_BAD_OUT_GROUP` for reasons.
+- roles (several controllers): `role_request` (MASTER, SLAVE or NOCHANGE with a generation id),
+  `role_status` reading the role-status message Open vSwitch sends an OpenFlow 1.3 controller
+  that another controller's MASTER claim demoted (ONF extension 1911 of OpenFlow 1.3, the
+  OpenFlow 1.4 OFPT_ROLE_STATUS body).
 - reading back (reconciliation): `flow_stats_request`, `meter_config_request`,
   `group_desc_request`; `flow_from_stats`, `meter_from_stats`, `group_from_stats` decode the
   replies as specs (`held_meter`: a meter as the switch reports it after the scale and rounding).
@@ -37,6 +41,7 @@ real `ofproto_v1_3` modules) and returns message objects; nothing is sent here.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
@@ -375,6 +380,32 @@ def port_is_up(ofp: Any, port: Any) -> bool:
     """Whether an `OFPPort` (port description or port status) can carry traffic: link not down,
     not administratively down."""
     return not (port.state & ofp.OFPPS_LINK_DOWN) and not (port.config & ofp.OFPPC_PORT_DOWN)
+
+
+# --- roles -----------------------------------------------------------------------------------
+
+ONF_EXPERIMENTER_ID = 0x4F4E4600
+ONFT_ROLE_STATUS = 1911
+_ROLE_STATUS_BODY = struct.Struct("!IB3xQ")  # role, reason, pad, generation_id (ofp14_role_status)
+
+
+def role_request(dp: Any, role: int, generation: int) -> Any:
+    """An OFPRoleRequest for `role` (`OFPCR_ROLE_*`) with master election generation `generation`."""
+    if not 0 <= generation < 1 << 64:
+        raise ValueError(f"generation id {generation} is not a 64-bit unsigned number")
+    return dp.ofproto_parser.OFPRoleRequest(dp, role, generation)
+
+
+def role_status(experimenter: int, exp_type: int, data: bytes) -> tuple[int, int, int] | None:
+    """(role, reason, generation) of an experimenter message that is a role status; None otherwise.
+
+    >>> role_status(ONF_EXPERIMENTER_ID, ONFT_ROLE_STATUS, bytes.fromhex("00000003" "00000000" "0000000000000002"))
+    (3, 0, 2)
+    """
+    if experimenter != ONF_EXPERIMENTER_ID or exp_type != ONFT_ROLE_STATUS or len(data) < _ROLE_STATUS_BODY.size:
+        return None
+    role, reason, generation = _ROLE_STATUS_BODY.unpack_from(bytes(data))
+    return role, reason, generation
 
 
 # --- errors ----------------------------------------------------------------------------------

@@ -37,6 +37,20 @@ snapshot of switches, links and wiring mismatches (`sdn_app.core.links.NetworkSt
 Load: the app polls every switch's port counters each second; `fabric.utilization()` is a
 thread-safe snapshot of the measured bits/s per link direction (`core.utilization`), with
 the emulation scale applied (nominal rate, fraction of capacity x scale).
+
+Roles (several controllers, every switch connected to each): `fabric.claim_role(leader,
+generation)` sends OFPRoleRequest MASTER (leader) or SLAVE with the generation to every
+connected switch, and to every switch that connects later before `on_switch_connected` is
+called for it (which then waits for the switch's MASTER confirmation); it returns, per switch,
+None when the switch confirmed or the reason (`stale generation 4: the switch has seen a newer
+master (generation 5)`). `fabric.role` is "equal" until then, `fabric.generation` the claim's.
+Once a role was claimed, `apply`, `apply_many` and `reconcile` refuse, sending nothing, unless
+this controller is master and every switch they touch confirmed it: `this controller is not
+the OpenFlow master (role slave, generation 4): ...`. A switch that answers a MASTER claim as
+stale, demotes this controller (another controller claimed MASTER) or refuses a write with
+OFPBRC_IS_SLAVE deposes it: logged at ERROR, and every write refused until a newer claim. A
+slave sends no packet-out (no LLDP, no ARP answers); it still reads port statistics and port
+status. Without `claim_role` nothing of this applies: one controller works as before.
 """
 
 from __future__ import annotations
@@ -63,7 +77,7 @@ from sdn_app.core.reconcile import Reconciliation, reconcile
 from sdn_app.core.topology import Topology
 from sdn_app.core.utilization import DirectionLoad, PortCounters, UtilizationMeter
 from sdn_app.openflow import encoder
-from sdn_app.openflow.app import TsdnOpenFlowApp, Waiter
+from sdn_app.openflow.app import NO_GENERATION, TsdnOpenFlowApp, Waiter
 
 LOG = logging.getLogger("tsdn.openflow")
 
@@ -189,6 +203,14 @@ class Reconciled:
         return ", ".join(parts) if parts else "nothing to change"
 
 
+def _error_words(ofp, type_: int, code: int) -> str:
+    """What a switch's error means, for a refusal: a slave's refusal says so in words."""
+    what = encoder.describe_error(ofp, type_, code)
+    if (type_, code) == (ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_IS_SLAVE):
+        return f"it considers this controller a SLAVE: another controller took the OpenFlow MASTER role ({what})"
+    return what
+
+
 def _step_kind_word(step: Step) -> str:
     spec = step.spec
     return "flow" if isinstance(spec, FlowSpec) else "meter" if isinstance(spec, MeterSpec) else \
@@ -245,6 +267,56 @@ class Fabric:
 
     def _name(self, dpid: int) -> str:
         return self.topology.switch_by_dpid(dpid) or f"{dpid:#x}"
+
+    # -- roles ------------------------------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        """The role held: "master", "slave", or "equal" before any `claim_role`."""
+        return self.app.role if self.app is not None else "equal"
+
+    @property
+    def generation(self) -> int:
+        """The generation of the last `claim_role` (0 before any)."""
+        return self.app.generation if self.app is not None else 0
+
+    def claim_role(self, leader: bool, generation: int, timeout: float = 5.0) -> dict[str, str | None]:
+        """Claim OpenFlow MASTER (`leader`) or SLAVE with `generation` on every switch, now and on each
+        that connects later; per switch, None when it confirmed, else why not (within `timeout`).
+
+        A SLAVE claim carries the current leader's generation. Serialized with `apply`: no write
+        is in flight while the role changes.
+        """
+        if not 0 <= generation < NO_GENERATION:
+            raise ValueError(f"generation id {generation} is not a 64-bit unsigned number below 2^64-1")
+        if self.app is None or self._stopped.is_set():
+            return {name: "the OpenFlow fabric is not running" for name in self.topology.switches}
+        app = self.app
+        wanted = "MASTER" if leader else "SLAVE"
+        with self._apply_lock:
+            requests = app.claim(leader, generation)
+            deadline = time.monotonic() + timeout
+            with app.changed:
+                while not all(r.done for r in requests.values()):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    app.changed.wait(left)
+                results: dict[str, str | None] = {
+                    self._name(dpid): (r.reason if r.done else f"no role reply within {timeout:g}s")
+                    for dpid, r in requests.items()}
+        for name, switch in self.topology.switches.items():
+            if switch.dpid not in requests:
+                results[name] = (f"switch {name} (dpid {switch.dpid:#x}) not connected: {wanted} is claimed when it "
+                                 "connects")
+        confirmed = sum(1 for why in results.values() if why is None)
+        LOG.info("OpenFlow %s claimed with generation %d: confirmed by %d of %d switch(es)", wanted, generation,
+                 confirmed, len(results))
+        return results
+
+    def _write_refusal(self, dpids: Iterable[int]) -> str | None:
+        """Why nothing may be written to switches `dpids` now (roles), or None."""
+        return self.app.write_refusal(dpids) if self.app is not None else None
 
     def _dpid(self, switch: str) -> int:
         return self.topology.switches[switch].dpid
@@ -307,7 +379,8 @@ class Fabric:
         touched, with `timeout` for its replies. A change the switches refuse (errors are
         matched to it by xid) or that touches a switch that disconnects or does not answer
         stops there; the others go on. Changes touching a switch not connected are refused
-        before anything of theirs is sent.
+        before anything of theirs is sent, and so are, once a role was claimed, changes touching a
+        switch that has not confirmed this controller as its OpenFlow master.
         """
         if self.app is None or self._stopped.is_set():
             return ["the OpenFlow fabric is not running"] * len(changes)
@@ -358,6 +431,9 @@ class Fabric:
         missing = sorted(d for d in needed if d not in connected)
         if missing:
             return "; ".join(f"switch {needed[d]} (dpid {d:#x}) not connected" for d in missing), []
+        refusal = self._write_refusal(needed)
+        if refusal is not None:
+            return refusal, []
         return None, phases
 
     def _round(self, runs: list[_Run], timeout: float) -> None:
@@ -458,7 +534,7 @@ class Fabric:
         dp = self.app.datapath(dpid)
         from os_ken.ofproto import ofproto_v1_3
 
-        what = encoder.describe_error(dp.ofproto if dp is not None else ofproto_v1_3, type_, code)
+        what = _error_words(dp.ofproto if dp is not None else ofproto_v1_3, type_, code)
         if step is None:
             return f"switch {self._name(dpid)} refused a barrier: {what}"
         return f"switch {self._name(dpid)} refused a {_step_kind_word(step)}: {what} ({step.describe()})"
@@ -500,8 +576,13 @@ class Fabric:
         delete what nobody owns, add what is missing, leave what is right untouched.
 
         Raises `ReconcileFailed` naming the switch and the reason when it cannot be read or
-        refuses a step (what was applied before stays applied).
+        refuses a step (what was applied before stays applied), or, with a role claimed, when this
+        controller is not the switch's master (nothing is read or sent then).
         """
+        if switch in self.topology.switches:
+            refusal = self._write_refusal([self._dpid(switch)])
+            if refusal is not None:
+                raise ReconcileFailed(f"{switch}: {refusal}")
         try:
             held, unreadable = self.read(switch, timeout)
         except (ConnectionError, TimeoutError, RuntimeError) as why:
@@ -526,6 +607,9 @@ class Fabric:
         dp = self.app.datapath(dpid)
         if dp is None:
             return f"switch {switch} (dpid {dpid:#x}) not connected"
+        refusal = self._write_refusal([dpid])
+        if refusal is not None:
+            return refusal
         waiter = self.app.waiter()
         try:
             try:
@@ -543,7 +627,7 @@ class Fabric:
                     waiter.cond.wait(left)
                 if waiter.errors:
                     _, _, type_, code = waiter.errors[0]
-                    return f"switch {switch} refused a flow delete: {encoder.describe_error(dp.ofproto, type_, code)}"
+                    return f"switch {switch} refused a flow delete: {_error_words(dp.ofproto, type_, code)}"
                 if waiter.gone:
                     return f"switch {switch} (dpid {dpid:#x}) disconnected"
             return None
