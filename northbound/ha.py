@@ -45,6 +45,7 @@ from sdn_app.ha.store import EtcdReplica, decode_row, leader_key, row_prefix
 
 log = logging.getLogger(__name__)
 
+MASTER_CONFIRMED = "OpenFlow MASTER confirmed by"  # logged once the switches answered the claim
 REJOIN_RETRY = 2.0  # seconds between tries of a deposed leader cut off from etcd
 VIEW_INTERVAL = 0.5  # seconds between reads of what changed, for the followers' copy
 FOLLOWER_READS = {"/tsdn.v1.BandwidthService/GetReservation", "/tsdn.v1.BandwidthService/ListReservations"}
@@ -297,20 +298,27 @@ class HAController:
 
     def _elected(self, generation: int) -> None:
         if self.fabric is not None:
-            refused = {switch: why for switch, why in self.fabric.claim_role(True, generation).items() if why}
+            claims = self.fabric.claim_role(True, generation)
+            refused = {switch: why for switch, why in claims.items() if why}
+            log.warning("%s %d of %d switch(es), generation %d", MASTER_CONFIRMED, len(claims) - len(refused),
+                        len(claims), generation)
             if refused:
                 log.warning("OpenFlow MASTER refused by %d switch(es): %s", len(refused),
                             "; ".join(f"{s}: {why}" for s, why in sorted(refused.items())))
         replica = self._replica = EtcdReplica(self.etcd, self.namespace, generation, self._fenced)
-        if self.follower is not None:
-            self.follower.stop()
-            self.follower = None
         fabric = _FencedFabric(self.fabric, self.election.is_leader) if self.fabric is not None else None
-        self.leader = Controller(self.config, replica=replica, fabric=fabric)
+        # The follower's server keeps the port until the leader's binds it: a port closed for long
+        # would tell the other controllers that this one's process is gone.
+        self.leader = Controller(self.config, replica=replica, fabric=fabric, before_bind=self._stop_following)
         self.leader.start()
         self.elected.set()
         log.warning("leading: generation %d, %d reservation row(s) loaded from %s", generation,
                     len(replica.rows("reservations")), self.config.store)
+
+    def _stop_following(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
 
     def _fenced(self, why: str) -> None:
         """A commit found this controller may no longer write (on the core thread): step down now,

@@ -242,12 +242,14 @@ def bind(loop: LoopThread, server: grpc.aio.Server, config: ControllerConfig,
 class Controller:
     """A running controller: the reservation book on its worker thread, served over gRPC."""
 
-    def __init__(self, config: ControllerConfig, *, replica: Replica | None = None, fabric: Any = None):
+    def __init__(self, config: ControllerConfig, *, replica: Replica | None = None, fabric: Any = None,
+                 before_bind: Callable[[], None] = lambda: None):
         """Load everything and bind the port; nothing is served until `start`.
 
         With `replica` (an elected leader, northbound/ha.py) the state is the replica's, not
         `config.state`'s; a given `fabric` (already connected to the switches, MASTER) is used
-        instead of starting one, and left running by `stop`.
+        instead of starting one, and left running by `stop`. `before_bind` runs just before the
+        gRPC addresses are bound (the follower's server lets them go then).
         """
         self.config = config
         self._own_fabric = fabric is None
@@ -276,9 +278,10 @@ class Controller:
             self.book.host_limits = self.agents.host_limit
             # The transfers stored with the reservations: the running ones are picked up.
             self.transfers = TransferDesk(self.book, self.agents, config.clock, config.emulation_scale)
+            self.ledger.flush()  # what loading repaired, stored before anything is served (with a replica)
             live = [t for t in self.transfers.list(Principal("tsdn", Role.ADMIN)) if not t.state.ended]
             if live:
-                log.info("%s: %d live transfer(s) picked up: %s", config.state, len(live),
+                log.info("%s: %d live transfer(s) picked up: %s", self.ledger.path, len(live),
                          ", ".join(f"{t.name} {t.state}" for t in live))
             if config.listen_openflow is not None and self.fabric is None:
                 from sdn_app.openflow.fabric import start_openflow  # os-ken only when switches are controlled
@@ -299,6 +302,7 @@ class Controller:
         # --- end live map ---
         # gRPC on asyncio, on a loop thread of its own: however many streams are open, they hold no
         # thread, and unary calls never queue behind them (see RPC_THREADS).
+        before_bind()
         self.loop = LoopThread("tsdn-grpc")
         try:
             self.health, self.server = self.loop.run(self._grpc_server())

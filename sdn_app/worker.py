@@ -30,6 +30,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from sdn_app.core.errors import Unavailable
 from sdn_app.core.plans import Step, SwitchPlan
 from sdn_app.core.reservations import Change, Event, ReservationBook
 from sdn_app.core.transfers import JobOffer, TransferEvent
@@ -264,6 +265,7 @@ class Reconcile:
 
 
 MAX_BATCH = 1000  # changes applied together at most
+MAX_GROUP_COMMIT = 64  # calls whose changes a replicated ledger stores in one transaction, at most
 Report = tuple[str, str | None, int]  # reservation id, None or why its change failed, the change's token
 _NOTHING = object()
 
@@ -419,6 +421,16 @@ def _expire(future: asyncio.Future) -> None:
         future.set_exception(TimeoutError())
 
 
+class _Discard:
+    """Where the outcome of a cancelled call goes: nowhere."""
+
+    def set_result(self, result: Any) -> None:
+        pass
+
+    def set_exception(self, error: BaseException) -> None:
+        pass
+
+
 class _LoopOutcome:
     """Takes a job's outcome on the worker thread, as a `Future` would, and settles an asyncio
     future with it on its loop: one call into the loop, no thread waiting."""
@@ -565,6 +577,8 @@ class CoreWorker:
 
     def _run(self) -> None:
         self._tick()
+        # With a replicated ledger, calls queued together are stored together (group commit).
+        batch_limit = MAX_GROUP_COMMIT if self.book.ledger.replicated else 1
         while True:
             wait = min(MAX_TICK_INTERVAL, max(0.0, self._next_deadline() - self.book.clock.now()))
             try:
@@ -574,15 +588,47 @@ class CoreWorker:
                 continue
             if job is None:
                 return
-            fn, future = job
-            if future.set_running_or_notify_cancel():
+            outcomes = [self._run_job(job)]
+            while len(outcomes) < batch_limit:
                 try:
-                    future.set_result(fn())
-                except BaseException as error:  # handed back to the caller's thread
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    self._jobs.put(None)  # stop once this batch is answered
+                    break
+                outcomes.append(self._run_job(job))
+            unstored = self._store()
+            for future, result, error in outcomes:
+                if error is None and unstored is not None:
+                    error = unstored
+                if error is None:
+                    future.set_result(result)
+                else:  # handed back to the caller's thread
                     future.set_exception(error)
             self._publish()
             if self._next_deadline() <= self.book.clock.now():
                 self._tick()
+
+    @staticmethod
+    def _run_job(job: tuple[Callable[[], Any], Future | _LoopOutcome]) -> tuple[Any, Any, BaseException | None]:
+        fn, future = job
+        if not future.set_running_or_notify_cancel():
+            return _Discard(), None, None
+        try:
+            return future, fn(), None
+        except BaseException as error:
+            return future, None, error
+
+    def _store(self) -> Unavailable | None:
+        """Store what the calls since the last time changed (a replicated ledger's flush): None
+        once stored, else the error every caller of them gets (they changed nothing lasting)."""
+        try:
+            self.book.ledger.flush()
+            return None
+        except Exception as error:
+            log.error("changes not stored: %s", error)
+            return error if isinstance(error, Unavailable) else Unavailable(f"changes not stored: {error}")
 
     def _next_deadline(self) -> float:
         return min([self.book.next_deadline(), *(ticker.next_deadline() for ticker, _ in self._tickers)])
@@ -600,6 +646,10 @@ class CoreWorker:
         self._publish()
 
     def _publish(self) -> None:
+        # Nothing goes out (events, switch changes) before what caused it is stored.
+        if self._store() is not None:
+            self._discard()
+            return
         events = self.book.take_events()
         while events:  # observers may change reservations in turn (a transfer ending releases its path)
             self.hub.publish(events)
@@ -608,9 +658,20 @@ class CoreWorker:
                     observer.observe(events)
                 except Exception:
                     log.exception("%s failed to observe reservation events", type(observer).__name__)
+            if self._store() is not None:
+                self._discard()
+                return
             events = self.book.take_events()
         for ticker, hub in self._tickers:
             hub.publish(ticker.take_events())
         changes = self.book.take_changes()
         if changes and self.provisioner is not None:
             self.provisioner.submit(changes)
+
+    def _discard(self) -> None:
+        """Drop the events and switch changes of changes that were not stored (this controller
+        steps down: whoever leads next starts from what is stored)."""
+        self.book.take_events()
+        self.book.take_changes()
+        for ticker, _ in self._tickers:
+            ticker.take_events()

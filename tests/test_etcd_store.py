@@ -1,5 +1,6 @@
-"""The controllers' state in a real etcd: what one leader commits the next one loads, each change
-one etcd transaction, and a deposed leader's commit lands nowhere (fenced on the leader key)."""
+"""The controllers' state in a real etcd: what one leader stores the next one loads, a create is in
+one etcd transaction (calls flushed together share one), and a deposed leader's flush lands
+nowhere (fenced on the leader key)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def test_the_next_leader_loads_what_the_last_one_committed(etcd, topology):
     kept = first.create(ADMIN, request("dtn1", "dtn5", 60))
     released = first.create(ADMIN, request("dtn2", "dtn6", 30))
     first.release(ADMIN, released.name)
+    first.ledger.flush()
 
     second = leader_book(client, topology)
     assert second.get(ADMIN, kept.name).route == kept.route
@@ -72,22 +74,30 @@ def test_a_create_is_one_etcd_transaction(etcd, topology):
     client = Etcd(etcd.url)
     book = leader_book(client, topology)
     made = book.create(ADMIN, request("dtn1", "dtn5", 10))
+    assert made.id not in stored(client, "reservations")  # staged until the flush
+    book.ledger.flush()
     booking, reservation = stored(client, "bookings")[made.id], stored(client, "reservations")[made.id]
     assert booking["mod_revision"] == reservation["mod_revision"]  # one revision: both or neither
 
 
-def test_a_deposed_leaders_commit_lands_nowhere(etcd, topology):
+def test_a_deposed_leaders_flush_lands_nowhere(etcd, topology):
     client = Etcd(etcd.url)
     old = leader_book(client, topology)
     before = old.create(ADMIN, request("dtn1", "dtn5", 10))
+    old.ledger.flush()
     new = leader_book(client, topology)  # another election: the old leader's generation is gone
     _, revision = client.range(leader_key(NAMESPACE))
 
+    late = old.create(ADMIN, request("dtn2", "dtn6", 10), request_id="late")  # decided on its own copy ...
     with pytest.raises(Fenced, match="no longer the leader"):
-        old.create(ADMIN, request("dtn2", "dtn6", 10))
+        old.ledger.flush()  # ... and never stored
+    assert old.create(ADMIN, request("dtn2", "dtn6", 10), request_id="late").id == late.id  # a retry finds it ...
     with pytest.raises(Fenced):
-        old.release(ADMIN, before.name)
+        old.ledger.flush()  # ... but the answer never goes out: nothing to store, and still refused
+    old.release(ADMIN, before.name)
+    with pytest.raises(Fenced):  # not later either
+        old.ledger.flush()
     assert client.range(leader_key(NAMESPACE))[1] == revision  # etcd unchanged
-    assert [b.id for b in old.ledger.bookings()] == [before.id]  # nor the deposed leader's own memory
+    assert late.id not in stored(client, "reservations")
     assert new.get(ADMIN, before.name).state is before.state
     assert new.create(ADMIN, request("dtn2", "dtn6", 10)).state.value in ("ACTIVE", "PROVISIONING")

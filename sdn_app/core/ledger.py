@@ -14,8 +14,8 @@ both when it loads. `exclusive=True` (the controller) holds the state file's loc
 (`sdn_app.core.state_lock`) from opening to `close`, so a second controller on it refuses.
 
 With a `replica` (several controllers on one shared store, `sdn_app.core.replication`) the
-database is kept in memory, filled from the replica, and every transaction commits its rows to
-the replica first: a transaction the replica refuses (`Fenced`) changes nothing.
+database is kept in memory, filled from the replica, and the rows of every transaction are staged
+until `flush` commits them to the replica together.
 """
 
 from __future__ import annotations
@@ -216,6 +216,17 @@ class Ledger:
         """Close the database and let the state file's lock go (with `exclusive`)."""
         self._db.close()
         self._release_lock()
+
+    @property
+    def replicated(self) -> bool:
+        """Whether changes are stored by a replica (and reach it only at `flush`)."""
+        return self._replication is not None
+
+    def flush(self) -> None:
+        """Store every change since the last flush in the replica, as one transaction (nothing to
+        do without a replica: each transaction is in the file when it returns)."""
+        if self._replication is not None:
+            self._replication.flush()
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -438,7 +449,8 @@ def _unique(directions: Iterable[str]) -> tuple[str, ...]:
 
 
 class _Transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (also the replica's refusal)."""
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception; the changed rows are staged for
+    the replica, when there is one."""
 
     def __init__(self, db: sqlite3.Connection, replication: Replication | None):
         self._db = db

@@ -1,11 +1,15 @@
 """Replication of the state database to a shared store, for several controllers on one state.
 
 The ledger's SQLite database stays the one place every module reads and writes with SQL. With a
-`Replica` (the etcd store, `sdn_app.ha.etcd_store`), that database lives in memory: it is filled
-from the replica's snapshot as each replicated table is created, and every transaction hands the
-replica the rows it changed before it commits. The replica commits them as one transaction of its
-own, guarded so that only the leader's writes land, or raises `Fenced`: then the local
-transaction rolls back and nothing changed anywhere.
+`Replica` (the etcd store, `sdn_app.ha.store`), that database lives in memory: it is filled from
+the replica's snapshot as each replicated table is created, and the rows each transaction changed
+are staged; `flush` hands the replica everything staged since the last flush (the last form of
+each row) to commit as one transaction of its own, guarded so that only the leader's writes land.
+The core worker flushes after each batch of calls, before any answer, event or switch change of
+the batch goes out (group commit: one round trip to the store for every call queued meanwhile;
+each change is in exactly one store transaction, whole). A flush the replica refuses raises
+(`Fenced`): what the batch changed here was never stored, so this controller must not go on with
+it, and steps down (its state is reloaded from the store by whoever leads next).
 
 Rows are captured by temporary triggers (one row key per changed row), so the modules that write
 SQL (the ledger, the reservation book, the transfer store) do not know whether they are
@@ -43,8 +47,8 @@ class Replica(Protocol):
         ...
 
     def commit(self, changes: Sequence[RowChange]) -> None:
-        """Write `changes` as one transaction, or raise (`Fenced` when this controller may no
-        longer write); nothing is written when it raises."""
+        """Write `changes` (maybe none) as one transaction, or raise (`Fenced` when this controller
+        may no longer write, and from then on); nothing is written when it raises."""
         ...
 
 
@@ -55,6 +59,7 @@ class Replication:
         self.db = db
         self.replica = replica
         self._loaded: set[str] = set()
+        self._staged: list[RowChange] = []
         db.execute(f"CREATE TEMP TABLE IF NOT EXISTS {_CHANGED} (tbl TEXT NOT NULL, id TEXT NOT NULL, "
                    "PRIMARY KEY (tbl, id)) WITHOUT ROWID")
 
@@ -99,9 +104,15 @@ class Replication:
         return changes
 
     def before_commit(self) -> None:
-        """Inside the open transaction: load tables it created, then commit its changed rows to
-        the replica (raising, and so rolling back, when the replica refuses them)."""
+        """Inside the open transaction: load tables it created, then stage its changed rows."""
         self.load_new_tables()
-        changes = self.take_changes()
-        if changes:
-            self.replica.commit(changes)
+        self._staged.extend(self.take_changes())
+
+    def flush(self) -> None:
+        """Commit every row staged since the last flush to the replica, in one transaction (each
+        row in its last form); raises what the replica raises, and then nothing is staged. With
+        nothing staged the replica is still asked: one that refused a flush refuses every later
+        one, so that nothing read from a copy it no longer vouches for goes out."""
+        latest = {(change.table, change.key): change for change in self._staged}
+        self._staged = []
+        self.replica.commit(list(latest.values()))

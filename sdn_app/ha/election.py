@@ -7,6 +7,11 @@ lease every `ttl / 4` seconds. It counts itself leader only while its last renew
 less than `ttl` ago (the lease cannot have expired before then, whatever happened since), so after
 a freeze (SIGSTOP, a long pause) it knows it may be deposed before it asks anyone. Losers poll the
 key and run again as soon as it is gone (deleted with the lease of a dead leader).
+
+A leader whose process is gone (its advertised gRPC port refuses connections three looks in a
+row) need not be waited for: a follower revokes its lease at once. This only speeds up failover,
+never decides safety: were the leader alive after all, its next transaction would fail its
+compare on the leader key and the switches would refuse its writes (a newer MASTER generation).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from sdn_app.ha.etcd import Etcd, b64, unb64
 log = logging.getLogger(__name__)
 MAX_TTL = 60
 POLL_INTERVAL = 0.1  # seconds between looks at the leader key while following
+DEAD_AFTER = 3  # looks in a row finding the leader's gRPC port closed: its process is gone (not merely rebinding)
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,7 @@ class Election:
             return True
         self._leader = _leader_of(kvs[0]) if kvs else None
         # Keep our own lease alive while we wait, so the next attempt needs no new one.
+        refused = 0
         while not self._stop.wait(POLL_INTERVAL):
             if time.monotonic() - self._renewal_sent > self.ttl / 4:
                 sent = time.monotonic()
@@ -134,6 +141,12 @@ class Election:
             if not kvs:
                 return False
             self._leader = _leader_of(kvs[0])
+            refused = refused + 1 if self._leader is not None and _refuses(self._leader.address) else 0
+            if refused >= DEAD_AFTER:
+                log.warning("the leader %s (generation %d) refuses connections: its process is gone; ending its lease "
+                            "now rather than in up to %ds", self._leader.address, self._leader.generation, self.ttl)
+                self.etcd.revoke(int(kvs[0].get("lease", 0)))
+                return False
         return False
 
     def _lead(self) -> None:
@@ -175,6 +188,19 @@ class Election:
             log.warning("could not revoke the lease (it expires within %ds): %s", self.ttl, error)
         if not self._stop.is_set():
             self._on_deposed(reason)
+
+
+def _refuses(address: str) -> bool:
+    """Whether nothing listens at `address` (HOST:PORT): the connection is refused at once. A
+    timeout or an unreachable host says nothing (a frozen process, a partition): False."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=POLL_INTERVAL):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def _leader_of(kv: dict) -> Leader | None:

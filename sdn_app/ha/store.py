@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sdn_app.core.errors import Fenced, Unavailable
+from sdn_app.core.errors import Fenced, TsdnError, Unavailable
 from sdn_app.core.replication import REPLICATED_TABLES, RowChange
 from sdn_app.ha.etcd import Ambiguous, Etcd, b64, prefix_end, unb64
 
@@ -83,9 +83,11 @@ class EtcdReplica:
         """Write `changes` in one transaction guarded by the leader key's generation."""
         if self.fenced is not None:
             raise Fenced(self.fenced)
+        if not changes:
+            return
         if len(changes) > MAX_TXN_OPS:
-            raise Unavailable(f"one change touches {len(changes)} rows, more than one etcd transaction takes "
-                              f"({MAX_TXN_OPS}); nothing was written")
+            self._fence(f"{len(changes)} changed rows, more than one etcd transaction takes ({MAX_TXN_OPS}); "
+                        "nothing was stored")
         success = []
         for change in changes:
             key = b64(row_prefix(self.namespace, change.table) + change.key)
@@ -103,6 +105,10 @@ class EtcdReplica:
         except Ambiguous as error:
             # Applied or not, this controller no longer knows the store's state: it must not write again.
             self._fence(f"the shared state may have changed without this controller knowing: {error}")
+        except TsdnError as error:
+            # Not stored, but already applied here (and answered to nobody): this copy is no longer
+            # the store's, so this controller must not go on from it.
+            self._fence(f"{len(changes)} changed row(s) could not be stored: {error}")
         if not response["succeeded"]:
             self._fence(f"this controller is no longer the leader (elected with generation {self.generation}; "
                         f"{_holder(response)}): it writes nothing more")
