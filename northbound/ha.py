@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 MASTER_CONFIRMED = "OpenFlow MASTER confirmed by"  # logged once the switches answered the claim
 REJOIN_RETRY = 2.0  # seconds between tries of a deposed leader cut off from etcd
 VIEW_INTERVAL = 0.5  # seconds between reads of what changed, for the followers' copy
-FOLLOWER_READS = {"/tsdn.v1.BandwidthService/GetReservation", "/tsdn.v1.BandwidthService/ListReservations"}
 
 
 class ReservationView:
@@ -136,6 +135,10 @@ class FollowerServer:
         return kind(self._redirect, request_class.FromString, None)
 
     async def _redirect(self, request: Any, context: grpc.aio.ServicerContext) -> None:
+        try:  # only callers with a token learn where the leader is
+            self.auth.authenticate(context.invocation_metadata())
+        except TsdnError as error:
+            await context.abort(_status(error), status_message(error))
         leader = self.leader()
         if leader is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
@@ -257,7 +260,6 @@ class HAController:
         self._on_deposed = on_deposed
         self.leader: Controller | None = None
         self._replica: EtcdReplica | None = None
-        self.elected = threading.Event()
         self.fabric = None
         if config.listen_openflow is not None:
             from sdn_app.openflow.fabric import start_openflow
@@ -311,7 +313,6 @@ class HAController:
         # would tell the other controllers that this one's process is gone.
         self.leader = Controller(self.config, replica=replica, fabric=fabric, before_bind=self._stop_following)
         self.leader.start()
-        self.elected.set()
         log.warning("leading: generation %d, %d reservation row(s) loaded from %s", generation,
                     len(replica.rows("reservations")), self.config.store)
 

@@ -41,7 +41,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.etcd_cluster import EtcdCluster, free_loopback_ports
-from northbound.client import ApiError
+from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from sdn_app.core.topology import Topology
 from tests.ha_cluster import READY, HACluster, freeze_member, raft_leader, store_url, thaw_member
@@ -472,6 +472,13 @@ def test_a_follower_answers_reads_itself_and_sends_writes_to_the_leader(cluster:
         assert path_of(listed[0]) == path_of(created)
         assert reader.get_reservation(created.name).id == created.id
         assert reader.target == follower.address
+    with TsdnClient(follower.address, token="not-a-token-of-this-deployment", retries=0) as stranger:
+        for call in (lambda: stranger.list_reservations().__next__(), lambda: stranger.create_reservation(
+                "dtn2", "dtn7", G)):
+            with pytest.raises(ApiError) as refused:
+                call()
+            assert refused.value.code is grpc.StatusCode.UNAUTHENTICATED  # neither an answer nor the leader's address
+            assert stranger.target == follower.address
 
 
 # -- 5. bad input -----------------------------------------------------------------------------------
