@@ -421,16 +421,6 @@ def _expire(future: asyncio.Future) -> None:
         future.set_exception(TimeoutError())
 
 
-class _Discard:
-    """Where the outcome of a cancelled call goes: nowhere."""
-
-    def set_result(self, result: Any) -> None:
-        pass
-
-    def set_exception(self, error: BaseException) -> None:
-        pass
-
-
 class _LoopOutcome:
     """Takes a job's outcome on the worker thread, as a `Future` would, and settles an asyncio
     future with it on its loop: one call into the loop, no thread waiting."""
@@ -599,7 +589,7 @@ class CoreWorker:
                     break
                 outcomes.append(self._run_job(job))
             unstored = self._store()
-            for future, result, error in outcomes:
+            for future, result, error in filter(None, outcomes):
                 if error is None and unstored is not None:
                     error = unstored
                 if error is None:
@@ -611,10 +601,11 @@ class CoreWorker:
                 self._tick()
 
     @staticmethod
-    def _run_job(job: tuple[Callable[[], Any], Future | _LoopOutcome]) -> tuple[Any, Any, BaseException | None]:
+    def _run_job(job: tuple[Callable[[], Any], Future | _LoopOutcome]) -> tuple[Any, Any, BaseException | None] | None:
+        """Run one call: (its future, result, error), or None when it was cancelled before it ran."""
         fn, future = job
         if not future.set_running_or_notify_cancel():
-            return _Discard(), None, None
+            return None
         try:
             return future, fn(), None
         except BaseException as error:
