@@ -465,9 +465,10 @@ class _Transaction:
             self._db.execute("ROLLBACK")
             return
         try:
-            if self._replication is not None:
-                self._replication.before_commit()
+            changes = self._replication.before_commit() if self._replication is not None else []
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")  # SQLITE_BUSY, or the replica refused: leave no transaction open
+            self._db.execute("ROLLBACK")  # e.g. SQLITE_BUSY: leave no transaction open behind us
             raise
+        if self._replication is not None:
+            self._replication.stage(changes)

@@ -103,10 +103,14 @@ class Replication:
             changes.append(RowChange(table, key, row))
         return changes
 
-    def before_commit(self) -> None:
-        """Inside the open transaction: load tables it created, then stage its changed rows."""
+    def before_commit(self) -> list[RowChange]:
+        """Inside the open transaction: load tables it created; the rows it changed, for `stage`."""
         self.load_new_tables()
-        self._staged.extend(self.take_changes())
+        return self.take_changes()
+
+    def stage(self, changes: list[RowChange]) -> None:
+        """Once their transaction committed here: `changes` go to the replica at the next flush."""
+        self._staged.extend(changes)
 
     def flush(self) -> None:
         """Commit every row staged since the last flush to the replica, in one transaction (each
