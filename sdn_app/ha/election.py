@@ -140,7 +140,9 @@ class Election:
             kvs, _ = self.etcd.range(self.key, what="read the leader key")
             if not kvs:
                 return False
-            self._leader = _leader_of(kvs[0])
+            seen, self._leader = self._leader, _leader_of(kvs[0])
+            if seen != self._leader:
+                refused = 0  # another leader: its port is judged afresh
             refused = refused + 1 if self._leader is not None and _refuses(self._leader.address) else 0
             if refused >= DEAD_AFTER:
                 log.warning("the leader %s (generation %d) refuses connections: its process is gone; ending its lease "
