@@ -503,6 +503,7 @@ def refused_port() -> int:
     (["--store", "ETCD", "--lease-ttl", "61"], "--lease-ttl: whole seconds from 2 to 60"),
     (["--lease-ttl", "3"], "--lease-ttl and --advertise go with --store etcd://..."),
     (["--store", "DOWN"], "etcd (etcd://127.0.0.1:DOWN) cannot answer (checked at start)"),
+    (["--store", "ETCD", "--listen-grpc", "0.0.0.0:GRPC"], "--advertise: needed with --listen-grpc 0.0.0.0:GRPC"),
 ])
 def test_bad_store_options_are_refused_naming_what_is_wrong(etcd: EtcdCluster, tmp_path: Path, args: list[str],
                                                           message: str):
@@ -510,7 +511,10 @@ def test_bad_store_options_are_refused_naming_what_is_wrong(etcd: EtcdCluster, t
     args = [etcd.url if a == "ETCD" else f"etcd://127.0.0.1:{down}" if a == "DOWN" else a for a in args]
     message = message.replace("DOWN", str(down))
     grpc_port = refused_port()
-    done = controller(*args, "--listen-grpc", f"127.0.0.1:{grpc_port}", cwd=tmp_path)
+    args = [a.replace("GRPC", str(grpc_port)) for a in args]
+    message = message.replace("GRPC", str(grpc_port))
+    listen = [] if "--listen-grpc" in args else ["--listen-grpc", f"127.0.0.1:{grpc_port}"]
+    done = controller(*args, *listen, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("tsdn: error: ")]

@@ -126,6 +126,11 @@ def run_controller(args: argparse.Namespace) -> int:
     if args.store is not None:
         parse_store(args.store)
         check_ttl(args.lease_ttl)
+        host = args.listen_grpc.rsplit(":", 1)[0].strip("[]")
+        if args.advertise is None and host in ("0.0.0.0", "::", ""):
+            raise InvalidArgument(f"--advertise: needed with --listen-grpc {args.listen_grpc}: the other controllers "
+                                  "send clients to this address when this one leads, and a wildcard reaches nobody; "
+                                  "give HOST:PORT as clients reach this host")
     config = ControllerConfig(topology=resolve_topology(args.topology),
                               listen_grpc=args.listen_grpc, state=Path(args.state),
                               also_listen=tuple(args.also_listen),
