@@ -29,7 +29,6 @@ Human lines go to stderr; the last line printed to stdout is one JSON object.
 
 from __future__ import annotations
 
-import base64
 import datetime
 import itertools
 import json
@@ -41,8 +40,10 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from benchmarks.controller_process import ControllerProcess
 from benchmarks.etcd_cluster import EtcdCluster
@@ -53,8 +54,8 @@ from northbound.client import ApiError, TsdnClient
 from northbound.ha import MASTER_CONFIRMED
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from sdn_app.core.topology import Topology
-from sdn_app.ha.etcd import Etcd
-from sdn_app.ha.store import leader_key, row_prefix
+from sdn_app.ha.etcd import Etcd, b64, prefix_end, unb64
+from sdn_app.ha.store import leader_key, load_rows, namespace_prefix
 from topologies import builtin_topology
 
 M = 10**6
@@ -104,7 +105,7 @@ def admissions_per_s(workdir: Path, store: str | None, count: int) -> float:
 def leader_address(etcd: Etcd) -> str:
     """The gRPC address the leader key names ('' when nobody leads)."""
     kvs, _ = etcd.range(leader_key(TOPOLOGY))
-    return json.loads(base64.b64decode(kvs[0]["value"]))["address"] if kvs else ""
+    return json.loads(unb64(kvs[0]["value"]))["address"] if kvs else ""
 
 
 def masters() -> dict[str, str]:
@@ -135,26 +136,25 @@ def wait_for(condition, what: str, timeout: float = TIMEOUT, interval: float = 0
     return result
 
 
-def overbooked_directions(etcd: Etcd, topology: Topology) -> list[str]:
-    """Link directions whose bookings, as stored in etcd, exceed their capacity at some instant."""
-    prefix = row_prefix(TOPOLOGY, "bookings")
-    kvs, _ = etcd.range(prefix, prefix[:-1] + "0")
+def overbookings(bookings: Iterable[Mapping[str, Any]], capacities: Mapping[str, int]) -> list[str]:
+    """Every link direction that stored booking rows (bandwidth, start, end or None: until released,
+    directions as JSON) book beyond its capacity at some instant: how much, and when first."""
     events: dict[str, list[tuple[float, int]]] = {}
-    for kv in kvs:
-        row = json.loads(base64.b64decode(kv["value"]))
-        end = math.inf if row["end"] is None else row["end"]
+    for row in bookings:
+        end = math.inf if row["end"] is None else float(row["end"])
         for direction in json.loads(row["directions"]):
-            events.setdefault(direction, []).extend([(row["start"], row["bandwidth"]), (end, -row["bandwidth"])])
-    capacities = topology.capacities()
-    over = []
+            events.setdefault(direction, []).extend([(float(row["start"]), row["bandwidth"]),
+                                                     (end, -row["bandwidth"])])
+    found = []
     for direction, changes in sorted(events.items()):
         level = 0
-        for _, delta in sorted(changes, key=lambda change: (change[0], change[1])):
+        for at, delta in sorted(changes):  # [start, end): at one instant, ends (negative) first
             level += delta
-            if level > capacities.get(direction, 0):
-                over.append(direction)
+            capacity = capacities.get(direction, 0)
+            if level > capacity:
+                found.append(f"{direction}: {level / 1e9:g}G booked at {at} (capacity {capacity / 1e9:g}G)")
                 break
-    return over
+    return found
 
 
 class Admitter(threading.Thread):
@@ -210,8 +210,9 @@ def run(quick: bool = False, etcd_members: int = 1) -> dict:
             for n in range(rounds):  # interleaved: loopback and disk speed drift within minutes
                 sqlite_rates.append(admissions_per_s(workdir / f"rate-sqlite-{n}", None, rate_count))
                 etcd_rates.append(admissions_per_s(workdir / f"rate-etcd-{n}", cluster.url, rate_count))
-                etcd.txn([], [{"request_delete_range": {"key": base64.b64encode(b"/tsdn/sc16/").decode(),
-                                                        "range_end": base64.b64encode(b"/tsdn/sc160").decode()}}])
+                rate_keys = namespace_prefix(RATE_TOPOLOGY)  # the next round starts from an empty store
+                etcd.txn([], [{"request_delete_range": {"key": b64(rate_keys),
+                                                        "range_end": b64(prefix_end(rate_keys))}}])
             sqlite_rate, etcd_rate = statistics.median(sqlite_rates), statistics.median(etcd_rates)
             say(f"admissions per second: SQLite {sqlite_rate:.0f}, etcd ({etcd_members} member(s)) {etcd_rate:.0f} "
                 f"(medians of {rounds}; {rate_count} creates from {RATE_CLIENTS} clients each)")
@@ -325,7 +326,7 @@ def measure_failover(workdir: Path, cluster: EtcdCluster, etcd: Etcd, topology: 
                 "leader_kill_to_first_admission_ms": round((admitter.admitted - killed) * 1000, 1),
                 "reservations_lost": len(lost),
                 "pings_lost": pings_lost,
-                "overbooked": len(overbooked_directions(etcd, topology)),
+                "overbooked": len(overbookings(load_rows(etcd, TOPOLOGY)[0]["bookings"], topology.capacities())),
                 "reservations": len(names),
                 "ping_interval_ms": PING_INTERVAL_S * 1000,
                 "longest_ping_gap_ms": round(max(gaps, default=0) * 1000, 1),

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 import grpc
+from google.protobuf import message_factory
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from northbound import convert
@@ -119,8 +120,6 @@ class FollowerServer:
         return server
 
     def _handler(self, path: str, method: Any) -> grpc.RpcMethodHandler:
-        from google.protobuf import message_factory
-
         request_class = message_factory.GetMessageClass(method.input_type)
         if path == "/tsdn.v1.BandwidthService/GetReservation":
             return grpc.unary_unary_rpc_method_handler(self._get, request_class.FromString,

@@ -15,7 +15,7 @@ from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.reservations import Principal, ReservationBook, Role
 from sdn_app.core.topology import Topology
-from sdn_app.ha.etcd import Etcd, b64
+from sdn_app.ha.etcd import Etcd, b64, prefix_end, unb64
 from sdn_app.ha.store import EtcdReplica, leader_key, row_prefix
 from topologies import builtin_topology
 
@@ -50,8 +50,8 @@ def request(src: str, dst: str, gbps: int) -> PathRequest:
 
 def stored(etcd: Etcd, table: str) -> dict[str, dict]:
     prefix = row_prefix(NAMESPACE, table)
-    kvs, _ = etcd.range(prefix, prefix[:-1] + "0")
-    return {json.loads(__import__("base64").b64decode(kv["value"]))["id"]: kv for kv in kvs}
+    kvs, _ = etcd.range(prefix, prefix_end(prefix))
+    return {json.loads(unb64(kv["value"]))["id"]: kv for kv in kvs}
 
 
 def test_the_next_leader_loads_what_the_last_one_committed(etcd, topology):

@@ -22,7 +22,6 @@ Who leads is read from etcd's leader key; every wait polls a condition with a de
 from __future__ import annotations
 
 import json
-import math
 import re
 import shutil
 import socket
@@ -40,6 +39,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from benchmarks import failover
 from benchmarks.etcd_cluster import EtcdCluster, free_loopback_ports
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
@@ -68,22 +68,8 @@ def cluster(etcd: EtcdCluster, tmp_path: Path) -> Iterator[HACluster]:
 
 
 def overbookings(bookings: Iterable[dict[str, Any]]) -> list[str]:
-    """Every link direction booked beyond its capacity at some instant, with how much and when,
-    recomputed from stored booking rows (bandwidth, start, end or null: until released, directions)."""
-    events: dict[str, list[tuple[float, int]]] = {}
-    for row in bookings:
-        end = math.inf if row["end"] is None else float(row["end"])
-        for direction in json.loads(row["directions"]):
-            events.setdefault(direction, []).extend([(float(row["start"]), row["bandwidth"]),
-                                                     (end, -row["bandwidth"])])
-    found = []
-    for direction, changes in sorted(events.items()):
-        level = 0
-        for at, delta in sorted(changes, key=lambda e: (e[0], e[1])):  # [start, end): ends first at one instant
-            level += delta
-            if level > CAPACITIES[direction]:
-                found.append(f"{direction}: {level / G:g}G booked at {at} (capacity {CAPACITIES[direction] / G:g}G)")
-    return found
+    """Every ring8 link direction the stored booking rows book beyond its capacity at some instant."""
+    return failover.overbookings(bookings, CAPACITIES)
 
 
 def route_of(booking: dict[str, Any]) -> list[str]:
