@@ -48,7 +48,7 @@ class ControllerProcess:
         entry = {"principal": self.principal, "role": "service", "token": self.token}
         tokens.write_text(yaml.safe_dump({"tokens": [entry, *self.more_tokens]}))
         tokens.chmod(0o600)
-        command = [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", self.topology,
+        command = [sys.executable, "-m", "tsdn", "controller", "--topology", self.topology,
                    "--listen-grpc", "127.0.0.1:0",
                    *(("--store", self.store) if self.store else ("--state", str(self.workdir / "tsdn.db"))),
                    "--tokens", str(tokens), "--log-level", "WARNING", *self.extra]

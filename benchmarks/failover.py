@@ -51,12 +51,12 @@ from benchmarks.northbound import machine
 from benchmarks.report import free_port, print_result, say
 from benchmarks.setup import ensure_ovs_without_network, mininet_missing, mn_clean, ovs
 from northbound.client import ApiError, TsdnClient
-from northbound.ha import MASTER_CONFIRMED
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from sdn_app.core.topology import Topology
 from sdn_app.ha.etcd import Etcd, b64, prefix_end, unb64
 from sdn_app.ha.store import leader_key, load_rows, namespace_prefix
 from topologies import builtin_topology
+from tsdn.ha_controller import MASTER_CONFIRMED
 
 M = 10**6
 TOPOLOGY = "ring8"

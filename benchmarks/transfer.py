@@ -51,7 +51,7 @@ from benchmarks.report import free_port, print_result, say
 from dtn_agent.engines import TransferJob
 from dtn_agent.engines.builtin import BuiltinEngine
 from dtn_agent.engines.fdt import FdtEngine, FdtError, find_fdt
-from dtn_agent.reports import RateReport, TransferResult
+from sdn_app.core.reports import RateReport, TransferResult
 
 STREAMS = (1, 2, 4)
 DISK_STREAMS = 2

@@ -41,10 +41,10 @@ import grpc
 from dtn_agent.engines import EngineUnavailable, TransferJob, engine_named, engine_unavailable
 from dtn_agent.host import Nic
 from dtn_agent.pinning import NOT_PINNED_UNKNOWN_NODE, PinningPlan
-from dtn_agent.reports import RateReport, TransferResult
 from northbound.client import ApiError, TsdnClient
+from northbound.convert import rate_out
 from northbound.proto.tsdn.v1 import agent_pb2 as pb
-from northbound.transfers import rate_out
+from sdn_app.core.reports import RateReport, TransferResult
 from sdn_app.core.validation import MAX_OUTCOME_FILES, MAX_TEXT
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtn_agent.reports import Pinning
+from sdn_app.core.reports import Pinning
 
 SYSFS = Path("/sys")
 NOT_PINNED_UNKNOWN_NODE = "NIC numa_node is -1 (unknown): not pinned"

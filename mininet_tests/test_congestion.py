@@ -1,5 +1,5 @@
 """Congestion as a show floor has it: traffic the controller does not own, sent through the real
-switches by the cross-traffic hosts (`sdn_app.demo.cross_traffic`, what `congest_link` does),
+switches by the cross-traffic hosts (`tsdn.demo.cross_traffic`, what `congest_link` does),
 on ring8 under a real `tsdn controller` process.
 
 - The controller's own port statistics see the congested direction near its capacity, and not
@@ -24,8 +24,8 @@ from benchmarks.report import free_port
 from mininet_tests.conftest import ALL_RING8_SWITCHES
 from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges, tsdn
 from mininet_tests.traffic import start_iperf3
-from sdn_app.demo.cross_traffic import CrossTraffic, cross_cookie
 from tests.waiting import wait_for
+from tsdn.demo.cross_traffic import CrossTraffic, cross_cookie
 
 pytest.importorskip("mininet.net", reason="Mininet system tests need the mininet Python package (Debian: mininet)")
 

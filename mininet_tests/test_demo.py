@@ -10,13 +10,13 @@ from pathlib import Path
 
 import yaml
 
-from sdn_app.demo.scenario import SCENARIO_DIR
+from tsdn.demo.scenario import SCENARIO_DIR
 
 RUN_LIMIT = 240  # seconds for setup + timeline + teardown of the smoke scenario
 
 
 def demo(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sdn_app.cli", "demo", *args, "--no-http", "--plain"],
+    return subprocess.run([sys.executable, "-m", "tsdn", "demo", *args, "--no-http", "--plain"],
                           capture_output=True, text=True, timeout=RUN_LIMIT)
 
 

@@ -17,8 +17,8 @@ from benchmarks.report import free_port
 from mininet_tests.controlled import DEADLINE, SCALE, TOKEN, TSDN, ControllerProcess, connected_bridges
 from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2, bandwidth_pb2, transfer_pb2
-from sdn_app.demo.cross_traffic import CrossTraffic
 from tests.waiting import wait_for
+from tsdn.demo.cross_traffic import CrossTraffic
 
 BOOKED = 20 * 10**9  # 20 Mbit/s on the emulated links
 SIZE = 60 * 10**6  # about 25 s at the paced rate

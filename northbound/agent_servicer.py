@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 from northbound.auth import Authenticator
-from northbound.convert import name_in, timestamp_out
+from northbound.convert import name_in, rate_in, timestamp_out
 from northbound.proto.tsdn.v1 import agent_pb2 as pb
 from northbound.proto.tsdn.v1 import agent_pb2_grpc as pb_grpc
 from northbound.servicers import _Base, rpc
-from northbound.transfers import job_out, rate_in, role_in
+from northbound.transfers import job_out, role_in
 from sdn_app.core import validation as v
 from sdn_app.core.agents import Agent, AgentEvent, AgentFacts, AgentRegistry, AgentState, NicFacts, RdmaFacts
 from sdn_app.core.errors import InvalidArgument

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Generator
 
-from dtn_agent.reports import MAX_STREAMS_REPORTED, Pinning, RateReport, StreamRate
 from northbound import convert
+from northbound.convert import rate_out
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as pb
 from northbound.proto.tsdn.v1 import transfer_pb2_grpc as pb_grpc
@@ -39,49 +39,6 @@ def role_in(value: int) -> JobRole:
         if number == value and role is not JobRole.STOP:
             return role
     raise InvalidArgument("role: RECEIVE or SEND")
-
-
-def rate_in(message: agent_pb.RateReport, transfer: str, what: str = "rate") -> RateReport:
-    """The `RateReport` an agent sent, checked by `RateReport.check` (finite numbers within their
-    ranges, an end not before the start, bounded lists and texts); errors name `what.field`."""
-    validation.entries(message.streams, f"{what}.streams", MAX_STREAMS_REPORTED)
-    validation.entries(message.pinning.cpus, f"{what}.pinning.cpus", validation.MAX_LIST)
-    streams = tuple(StreamRate(s.stream, s.bits_per_second, s.bytes_total,
-                               s.retransmits if s.HasField("retransmits") else None,
-                               s.rtt_ms if s.HasField("rtt_ms") else None) for s in message.streams)
-    pin = message.pinning
-    report = RateReport(
-        transfer_id=transfer.removeprefix("transfers/"), engine=message.engine, start=message.start, end=message.end,
-        bits_per_second=message.bits_per_second, bytes_total=message.bytes_total,
-        streams=streams, retransmits=message.retransmits if message.HasField("retransmits") else None,
-        rtt_ms=message.rtt_ms if message.HasField("rtt_ms") else None,
-        cpu_percent=message.cpu_percent if message.HasField("cpu_percent") else None,
-        pinning=Pinning(tuple(pin.cpus), pin.numa_node if pin.HasField("numa_node") else None,
-                        pin.method or "none", pin.note),
-        final=message.final)
-    report.check(what)
-    return report
-
-
-def rate_out(report: RateReport) -> agent_pb.RateReport:
-    """The message of a `RateReport`."""
-    message = agent_pb.RateReport(start=report.start, end=report.end, bits_per_second=report.bits_per_second,
-                                  bytes_total=report.bytes_total, final=report.final, engine=report.engine,
-                                  pinning=agent_pb.Pinning(cpus=report.pinning.cpus, method=report.pinning.method,
-                                                           note=report.pinning.note))
-    if report.pinning.numa_node is not None:
-        message.pinning.numa_node = report.pinning.numa_node
-    for field in ("retransmits", "rtt_ms", "cpu_percent"):
-        if (value := getattr(report, field)) is not None:
-            setattr(message, field, value)
-    for s in report.streams:
-        entry = agent_pb.StreamRate(stream=s.stream, bits_per_second=s.bits_per_second, bytes_total=s.bytes_total)
-        if s.retransmits is not None:
-            entry.retransmits = s.retransmits
-        if s.rtt_ms is not None:
-            entry.rtt_ms = s.rtt_ms
-        message.streams.append(entry)
-    return message
 
 
 def job_out(job: Job) -> agent_pb.TransferJob:

@@ -11,9 +11,9 @@ import yaml
 from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as bandwidth_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as transfer_pb
-from northbound.server import Controller, ControllerConfig
 from sdn_app.core.clock import Clock, SystemClock
 from topologies import builtin_topology
+from tsdn.controller import Controller, ControllerConfig
 
 TRANSFER_ENDED = {transfer_pb.TRANSFER_SUCCEEDED, transfer_pb.TRANSFER_FAILED, transfer_pb.TRANSFER_CANCELLED}
 

@@ -260,11 +260,11 @@ def test_a_verdict_is_judged_again_when_the_measurements_catch_up(env):
 
 
 def test_the_load_feed_gives_the_book_the_switches_loads_and_logs_each_verdict(env, caplog):
-    from northbound.server import LoadFeed
+    from tsdn.controller import LoadFeed
 
     measured = {S2_S3: 20 * G}
     feed = LoadFeed(env.book, lambda: measured_loads(env.topology, measured))
-    with caplog.at_level("INFO", logger="northbound.server"):
+    with caplog.at_level("INFO", logger="tsdn.controller"):
         feed.tick()
         assert not env.book.watch.congested(S2_S3) and feed.next_deadline() == env.clock.now() + 1
         measured[S2_S3] = 99 * G

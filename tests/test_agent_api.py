@@ -20,12 +20,12 @@ import yaml
 from dtn_agent.agent import run_agent
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as pb
-from northbound.server import Controller, ControllerConfig
 from sdn_app.core.errors import InvalidArgument
 from tests.conftest import TOKENS
 from tests.fake_sysfs import FakeHost
 from tests.waiting import wait_for
 from topologies import builtin_topology
+from tsdn.controller import Controller, ControllerConfig
 
 TSDN = shutil.which("tsdn", path=str(Path(sys.executable).parent)) or "tsdn"
 DTN = "caltech-a-dtn1"

@@ -27,10 +27,10 @@ from dtn_agent.pinning import NOT_PINNED_UNKNOWN_NODE, PinningPlan
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as pb
-from northbound.server import Controller
 from sdn_app.core.errors import InvalidArgument
 from tests.conftest import follow_transfer, reservation_released, write_dtn_tokens
 from tests.waiting import wait_for
+from tsdn.controller import Controller
 
 SRC, DST = "dtn1", "dtn2"
 SERVICE = ("rucio", "rucio-token-0123456789abcdef")
@@ -258,7 +258,7 @@ def test_failed_reports_do_not_stop_a_transfer_and_each_job_runs_once():
     ("--nic", "no-such-nic0", "--nic no-such-nic0: no NIC 'no-such-nic0'"),
 ])
 def test_agent_run_refuses_bad_options(capsys, option, value, message):
-    from sdn_app.cli import main
+    from tsdn.cli import main
 
     assert main(["agent", "run", "--name", "dtn1", "--controller", "127.0.0.1:1", option, value]) == 2
     assert message in capsys.readouterr().err

@@ -3,7 +3,7 @@
 import json
 
 from benchmarks import northbound
-from sdn_app.cli import build_parser
+from tsdn.cli import build_parser
 
 RATES = ("admissions_per_s", "rpcs_per_s", "availability_queries_per_s", "health_rpcs_per_s",
          "core_admissions_per_s")

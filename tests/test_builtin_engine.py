@@ -34,7 +34,7 @@ from dtn_agent.engines.builtin_protocol import (
     file_adler32,
     read_message,
 )
-from dtn_agent.reports import RateReport, TransferResult
+from sdn_app.core.reports import RateReport, TransferResult
 from tests.waiting import wait_for
 
 CHUNK = 64 * 1024

@@ -9,7 +9,6 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from sdn_app.cli import main
 from sdn_app.core.advisor import Health, RateAdvisor
 from sdn_app.core.congestion import ReroutePolicy
 from sdn_app.core.decisions import reroute_cause, verdict
@@ -17,6 +16,7 @@ from sdn_app.core.reservations import HISTORY_LENGTH, Principal, ReservationBook
 from tests.switched import RUCIO, G, active, confirm, measured_loads, switched_ring8
 from tests.test_advisor import S2_S3, mesh, rearranged, tick
 from tests.waiting import wait_for
+from tsdn.cli import main
 
 ADMIN = Principal("ops", Role.ADMIN)
 

@@ -19,7 +19,7 @@ import pytest
 from benchmarks.report import free_port
 from dtn_agent.engines import fdt, iperf3, process, rdma
 from dtn_agent.pinning import PinningPlan
-from dtn_agent.reports import Pinning, RateReport, TransferResult
+from sdn_app.core.reports import Pinning, RateReport, TransferResult
 from tests.waiting import wait_for
 
 DATA = Path(__file__).parent / "data" / "engines"

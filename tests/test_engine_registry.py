@@ -19,7 +19,7 @@ import pytest
 
 from dtn_agent.engines import ENGINES, EngineUnavailable, TransferJob, engine_named, engine_unavailable, fdt, rdma
 from dtn_agent.engines.iperf3 import Iperf3Engine
-from dtn_agent.reports import RateReport, TransferResult
+from sdn_app.core.reports import RateReport, TransferResult
 
 DATA = Path(__file__).parent / "data" / "engines"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sdn_app.demo.expectations import (
+from tsdn.demo.expectations import (
     causes,
     evaluate,
     never_onto_congested,
@@ -17,8 +17,8 @@ from sdn_app.demo.expectations import (
     reroutes_at_most,
     unexplained_moves_at_most,
 )
-from sdn_app.demo.record import Flow, RateSample, Recording
-from sdn_app.demo.scenario import ScenarioError, load_scenario
+from tsdn.demo.record import Flow, RateSample, Recording
+from tsdn.demo.scenario import ScenarioError, load_scenario
 
 G = 10**9
 SHORT = ("s1", "s2", "s3")

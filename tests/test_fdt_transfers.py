@@ -23,9 +23,9 @@ from dtn_agent.agent import run_agent
 from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as pb
-from northbound.server import Controller
 from tests.conftest import follow_transfer, reservation_released, write_dtn_tokens
 from tests.waiting import wait_for
+from tsdn.controller import Controller
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICE = ("rucio", "rucio-token-0123456789abcdef")
@@ -206,7 +206,7 @@ def test_cancel_stops_both_fdts(site):
 
 
 def test_agent_takes_the_jar_from_tsdn_fdt_jar(monkeypatch, capsys):
-    from sdn_app.cli import build_parser, main
+    from tsdn.cli import build_parser, main
 
     monkeypatch.setenv("TSDN_FDT_JAR", "/opt/fdt/fdt.jar")
     args = build_parser().parse_args(["agent", "run", "--name", "dtn1"])

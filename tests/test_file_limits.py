@@ -39,7 +39,7 @@ from topologies import TOPOLOGY_DIR
 
 GRPC_DEFAULT_MAX_RECEIVE = 4 * 1024 * 1024  # what a client that sets no option accepts
 MAX_BPS = 10**18
-TSDN = [sys.executable, "-m", "sdn_app.cli"]
+TSDN = [sys.executable, "-m", "tsdn"]
 
 
 def long_name(kind: str, i: int, length: int = 63) -> str:

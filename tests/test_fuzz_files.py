@@ -218,7 +218,7 @@ def test_tokens_loader_accepts_or_refuses_cleanly(tmp_path, data):
 
 
 def tsdn(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sdn_app.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tsdn", *args], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(TOPOLOGY_DIR.parent)})
 
 

@@ -40,10 +40,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from northbound.proto.tsdn.v1 import agent_pb2, bandwidth_pb2, topology_pb2, transfer_pb2
-from northbound.server import Controller, ControllerConfig
 from sdn_app.core.clock import FakeClock
 from tests.conftest import TOKENS
 from topologies import builtin_topology
+from tsdn.controller import Controller, ControllerConfig
 
 EXAMPLES = 80  # per RPC: about 1,400 calls (RPCs with few distinct requests stop earlier), 30-45 s on 2 cores
 CALL_TIMEOUT = 10.0  # a unary call that takes longer has hung: DEADLINE_EXCEEDED fails the example

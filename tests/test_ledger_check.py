@@ -393,7 +393,7 @@ def test_the_controller_logs_and_counts_what_it_repaired(start_controller, tmp_p
         cut = client.create_reservation("dtn5", "dtn6", 50 * G)
     first.stop(grace=0.5)
 
-    caplog.set_level(logging.WARNING, logger="northbound.server")
+    caplog.set_level(logging.WARNING, logger="tsdn.controller")
     shrunk = topology_file(tmp_path, capacity={"s2-s3": "10G"}, nic={"dtn5": "10G"})
     second = start_controller(shrunk, listen_http="127.0.0.1:0")
     with TsdnClient(second.address, timeout=10) as client:

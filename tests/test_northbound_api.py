@@ -33,10 +33,10 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc as pb_grpc
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
 from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
-from northbound.server import Controller, ControllerConfig
 from sdn_app.core.errors import InvalidArgument
 from tests.conftest import TOKENS
 from topologies import builtin_topology
+from tsdn.controller import Controller, ControllerConfig
 
 G = 10**9
 T = 10**12
@@ -481,7 +481,7 @@ def test_watch_shows_only_the_callers_reservations(client_for):
 
 
 def test_development_mode_on_loopback(start_controller, tokens_file, caplog):
-    caplog.set_level(logging.WARNING, logger="northbound.server")
+    caplog.set_level(logging.WARNING, logger="tsdn.controller")
     controller = start_controller()
     assert any("DEVELOPMENT MODE" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     with TsdnClient(controller.address, timeout=WAIT) as anyone:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from dtn_agent.preflight import INT_MAX, recommended_buffers, run_preflight
-from sdn_app.cli import main
 from sdn_app.core.errors import InvalidArgument
 from tests.fake_sysfs import TUNED_100G_SYSCTLS, FakeHost
+from tsdn.cli import main
 
 TSDN = shutil.which("tsdn", path=str(Path(sys.executable).parent)) or "tsdn"
 MIB = 2**20

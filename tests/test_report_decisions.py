@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from sdn_app.demo.record import RateSample, Recording
-from sdn_app.demo.report import _mark_events, congestion_windows, reroute_rows, write_report
-from sdn_app.demo.scenario import load_scenario
 from tests.test_scenarios import SMOKE, write
+from tsdn.demo.record import RateSample, Recording
+from tsdn.demo.report import _mark_events, congestion_windows, reroute_rows, write_report
+from tsdn.demo.scenario import load_scenario
 
 G = 10**9
 LONG_WAY = ["s1", "s8", "s7", "s6", "s5", "s4", "s3"]

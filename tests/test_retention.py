@@ -22,7 +22,6 @@ import pytest
 from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc
-from sdn_app.cli.controller import parse_keep_ended
 from sdn_app.core import reservations as reservations_module
 from sdn_app.core.agents import AgentFacts, AgentRegistry, NicFacts
 from sdn_app.core.clock import FakeClock
@@ -35,6 +34,7 @@ from sdn_app.core.transfers import TransferDesk, TransferSpec, TransferState
 from tests.conftest import TOKENS
 from tests.waiting import wait_for
 from topologies import builtin_topology
+from tsdn.cli.controller import parse_keep_ended
 
 G = 10**9
 HOUR = 3600.0
@@ -442,7 +442,7 @@ def test_path_list_pages_through_everything_with_a_limit(start_controller, token
              "the released reservations to leave memory")
 
     def tsdn(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "sdn_app.cli", "path", "list", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "tsdn", "path", "list", *args], capture_output=True,
                               text=True, timeout=60, env=env)
 
     everything = tsdn("--json", "--limit", "0")

@@ -22,7 +22,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dtn_agent.reports import Pinning, RateReport, StreamRate
 from northbound.auth import plaintext_token_addresses
 from northbound.proto.tsdn.v1 import agent_pb2 as apb
 from northbound.proto.tsdn.v1 import agent_pb2_grpc as agent_grpc
@@ -30,9 +29,10 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2 as bpb
 from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc as bandwidth_grpc
 from northbound.proto.tsdn.v1 import transfer_pb2 as tpb
 from northbound.proto.tsdn.v1 import transfer_pb2_grpc as transfer_grpc
-from sdn_app.cli import main
 from sdn_app.core.errors import InvalidArgument
+from sdn_app.core.reports import Pinning, RateReport, StreamRate
 from tests.conftest import TOKENS
+from tsdn.cli import main
 
 G = 10**9
 SRC, DST = "caltech-a-dtn1", "caltech-b-dtn1"
@@ -277,7 +277,7 @@ def test_tokens_in_plaintext_beyond_loopback_are_refused(tmp_path, tokens_file, 
 
 
 def test_allowed_plaintext_tokens_start_with_a_loud_warning(start_controller, tokens_file, caplog):
-    caplog.set_level(logging.WARNING, logger="northbound.server")
+    caplog.set_level(logging.WARNING, logger="tsdn.controller")
     controller = start_controller(tokens=tokens_file, listen_grpc="0.0.0.0:0", allow_plaintext_tokens=True)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "PLAINTEXT TOKENS" in r.getMessage()]
     assert len(warnings) == 1 and "0.0.0.0:0" in warnings[0].getMessage()
@@ -290,7 +290,7 @@ def test_allowed_plaintext_tokens_start_with_a_loud_warning(start_controller, to
 
 def test_the_startup_banner_repeats_the_plaintext_warning(tmp_path, tokens_file):
     process = subprocess.Popen(
-        [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", "sc16", "--tokens", str(tokens_file),
+        [sys.executable, "-m", "tsdn", "controller", "--topology", "sc16", "--tokens", str(tokens_file),
          "--state", str(tmp_path / "tsdn.db"), "--no-openflow", "--no-http", "--listen-grpc", "0.0.0.0:0",
          "--allow-plaintext-tokens", "--log-level", "ERROR"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)

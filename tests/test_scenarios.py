@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sdn_app.cli import main
-from sdn_app.demo.console import Console, render
-from sdn_app.demo.expectations import crosses, evaluate
-from sdn_app.demo.record import BookingSample, Flow, RateSample, Recording
-from sdn_app.demo.report import write_report
-from sdn_app.demo.scenario import ScenarioError, builtin_scenarios, load_scenario, transfer_bytes
+from tsdn.cli import main
+from tsdn.demo.console import Console, render
+from tsdn.demo.expectations import crosses, evaluate
+from tsdn.demo.record import BookingSample, Flow, RateSample, Recording
+from tsdn.demo.report import write_report
+from tsdn.demo.scenario import ScenarioError, builtin_scenarios, load_scenario, transfer_bytes
 
 G = 10**9
 
@@ -159,7 +159,7 @@ def test_yaml_errors_and_missing_files_are_scenario_errors(tmp_path):
 
 
 def test_tsdn_demo_refuses_a_bad_scenario_with_exit_2_before_starting_anything(tmp_path, capsys, monkeypatch):
-    import sdn_app.demo.runner as runner
+    import tsdn.demo.runner as runner
 
     def never(*args, **kwargs):
         raise AssertionError("a bad scenario must start nothing")

@@ -24,12 +24,12 @@ import pytest
 import yaml
 
 from northbound.client import ApiError, TsdnClient
-from northbound.server import Controller, ControllerConfig
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.state_lock import StateLock, StateLocked, lock_path, read_holder
 from sdn_app.core.topology import Topology
 from topologies import builtin_topology
+from tsdn.controller import Controller, ControllerConfig
 
 READY = "tsdn controller listening on "
 TOKEN = ("rucio", "rucio-token-0123456789abcdef")
@@ -56,7 +56,7 @@ class Process:
     def start(self) -> bool:
         """Start it; True once it prints where it listens, False when it exits first."""
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", "ring8", "--state", str(self.state),
+            [sys.executable, "-m", "tsdn", "controller", "--topology", "ring8", "--state", str(self.state),
              "--tokens", str(self.tokens), "--listen-grpc", "127.0.0.1:0", "--no-openflow", "--no-http",
              "--log-level", "WARNING"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -251,7 +251,7 @@ def test_unary_calls_answer_with_hundreds_of_streams_open(controller, client_for
 
 def test_tsdn_controller_offers_the_limits_with_their_defaults():
     from northbound.streams import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_PRINCIPAL
-    from sdn_app.cli import build_parser
+    from tsdn.cli import build_parser
 
     args = build_parser().parse_args(["controller", "--topology", "sc16"])
     assert (args.max_streams, args.max_streams_per_principal) == (DEFAULT_MAX_STREAMS,

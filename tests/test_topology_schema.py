@@ -206,7 +206,7 @@ def test_many_parts_give_a_bounded_warning():
 
 
 def test_validate_warns_on_stderr_and_still_exits_0(tmp_path, capsys):
-    from sdn_app.cli import main
+    from tsdn.cli import main
 
     path = write(tmp_path, SPLIT)
     assert main(["topo", "validate", str(path)]) == 0
@@ -216,7 +216,7 @@ def test_validate_warns_on_stderr_and_still_exits_0(tmp_path, capsys):
 
 
 def test_validate_refuses_switches_without_links(tmp_path, capsys):
-    from sdn_app.cli import main
+    from tsdn.cli import main
 
     data = copy.deepcopy(GOOD)
     data["links"] = []
@@ -227,6 +227,6 @@ def test_validate_refuses_switches_without_links(tmp_path, capsys):
 
 def test_the_controller_logs_the_same_warning_at_start(tmp_path, start_controller, caplog):
     path = write(tmp_path, SPLIT)
-    with caplog.at_level("WARNING", logger="northbound.server"):
+    with caplog.at_level("WARNING", logger="tsdn.controller"):
         start_controller(path)
     assert f"{path}: {SPLIT_WARNING}" in [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

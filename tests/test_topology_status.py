@@ -21,10 +21,10 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from benchmarks.report import free_port
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
-from sdn_app.cli import main
 from sdn_app.openflow import encoder
 from tests.conftest import TOKENS
 from tests.waiting import wait_for
+from tsdn.cli import main
 
 UP, DOWN, UNVERIFIED, UNKNOWN = (topo_pb.LinkStatus.UP, topo_pb.LinkStatus.DOWN, topo_pb.LinkStatus.UNVERIFIED,
                                  topo_pb.LinkStatus.UNKNOWN)

@@ -132,7 +132,7 @@ def test_a_paced_transfer_books_its_bandwidth_and_hands_the_sender_its_pace(agen
 def _tsdn_transfer(controller, tmp_path, *args) -> subprocess.Popen:
     token = tmp_path / "rucio.token"
     token.write_text(TOKENS["rucio"][1])
-    return subprocess.Popen([sys.executable, "-m", "sdn_app.cli", "transfer", SRC, DST, *args, "--no-progress",
+    return subprocess.Popen([sys.executable, "-m", "tsdn", "transfer", SRC, DST, *args, "--no-progress",
                              "--controller", controller.address, "--token-file", str(token)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

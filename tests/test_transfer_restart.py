@@ -24,14 +24,14 @@ from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as bw_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as pb
-from northbound.server import Controller, ControllerConfig
-from sdn_app.cli import main
 from sdn_app.core import transfer_store
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.topology import Topology
 from tests.conftest import write_dtn_tokens
 from tests.waiting import wait_for
 from topologies import builtin_topology
+from tsdn.cli import main
+from tsdn.controller import Controller, ControllerConfig
 
 SRC, DST = "dtn1", "dtn2"
 SERVICE = ("rucio", "rucio-token-0123456789abcdef")
@@ -86,7 +86,7 @@ class ControllerProcess:
 
     def start(self, listen: str = "127.0.0.1:0") -> str:
         """Start it and return the address it says it listens on."""
-        command = [sys.executable, "-m", "sdn_app.cli", "controller", "--topology", "ring8", "--state",
+        command = [sys.executable, "-m", "tsdn", "controller", "--topology", "ring8", "--state",
                    str(self.state), "--tokens", str(self.tokens), "--listen-grpc", listen, "--no-openflow",
                    "--no-http", "--log-level", "WARNING"]
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -246,7 +246,7 @@ def test_tsdn_transfer_follows_its_transfer_across_a_controller_restart(processe
     with TsdnClient(address, token=SERVICE[1], timeout=10) as client:
         wait_for(lambda: _online(client), "both agents online")
         command = subprocess.Popen(
-            [sys.executable, "-m", "sdn_app.cli", "transfer", SRC, DST, "-b", str(BANDWIDTH), "--size", str(SIZE),
+            [sys.executable, "-m", "tsdn", "transfer", SRC, DST, "-b", str(BANDWIDTH), "--size", str(SIZE),
              "-P", "2", "--no-progress", "--controller", address, "--token-file", str(token_file)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:

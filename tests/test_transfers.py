@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from dtn_agent.reports import RateReport
 from sdn_app.core import transfers
 from sdn_app.core.agents import AgentFacts, AgentRegistry, NicFacts
 from sdn_app.core.clock import FakeClock
@@ -29,6 +28,7 @@ from sdn_app.core.errors import (
 )
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
+from sdn_app.core.reports import RateReport
 from sdn_app.core.reservations import Principal, ReservationBook, Role, State
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfer_store import CorruptRow

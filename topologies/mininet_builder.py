@@ -53,7 +53,7 @@ interfaces, and both ends of every link between two switches with a cross host, 
 so the userspace switches forward a sixth of the packets for the same load (at 1500 bytes,
 sc16's 900G of cross traffic alone took most of what the switches forward on 2 cores). DTN
 interfaces keep MTU 1500. Nothing forwards their packets until flows outside tsdn's cookie space say so
-(`sdn_app.demo.cross_traffic`).
+(`tsdn.demo.cross_traffic`).
 
 As a library (root, Open vSwitch running)::
 

@@ -29,13 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from dtn_agent.pinning import PinningPlan
-from dtn_agent.reports import RateReport, TransferResult
+from sdn_app.core.reports import ENGINES, RateReport, TransferResult
 
 if TYPE_CHECKING:
     from dtn_agent.engines.fdt import FdtEngine
 
-ENGINES = ("builtin", "iperf3", "fdt", "rdma")
-"""The names `engine_named` knows, in the order a person would try them."""
 
 ReportSink = Callable[[RateReport], None]
 """Where an engine hands each `RateReport`, from one of its own threads."""

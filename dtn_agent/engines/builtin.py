@@ -51,7 +51,7 @@ from dtn_agent.engines.builtin_protocol import (
     read_message,
     tcp_info,
 )
-from dtn_agent.reports import Pinning, RateReport, StreamRate, TransferResult
+from sdn_app.core.reports import Pinning, RateReport, StreamRate, TransferResult
 
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux asm-generic/socket.h
 DEFAULT_CHUNK = 8 * 1024 * 1024

@@ -70,7 +70,7 @@ from pathlib import Path
 from dtn_agent.engines import EngineUnavailable, ReadyCallback, ReportSink, TransferJob
 from dtn_agent.engines.process import announce_when_listening, free_port, stream_process
 from dtn_agent.pinning import PinnedCommand, PinningPlan, wrap_command
-from dtn_agent.reports import Pinning, RateReport, TransferResult
+from sdn_app.core.reports import Pinning, RateReport, TransferResult
 
 ENGINE = "fdt"
 DEFAULT_PORT = 54321

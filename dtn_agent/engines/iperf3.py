@@ -31,7 +31,7 @@ from dtn_agent.engines.process import (
     stream_process,
 )
 from dtn_agent.pinning import PinnedCommand, PinningPlan, wrap_command
-from dtn_agent.reports import Pinning, RateReport, StreamRate, TransferResult
+from sdn_app.core.reports import Pinning, RateReport, StreamRate, TransferResult
 
 ENGINE = "iperf3"
 JSON_STREAM_MIN_VERSION = (3, 17)

@@ -30,7 +30,7 @@ from typing import Any
 from dtn_agent.engines import EngineUnavailable, ReadyCallback, ReportSink, TransferJob
 from dtn_agent.engines.process import announce_when_listening, free_port, stream_process
 from dtn_agent.pinning import PinnedCommand, PinningPlan, wrap_command
-from dtn_agent.reports import Pinning, RateReport, StreamRate, TransferResult
+from sdn_app.core.reports import Pinning, RateReport, StreamRate, TransferResult
 
 ENGINE = "rdma"
 BINARY = "ib_write_bw"

@@ -48,8 +48,6 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any
 
-from dtn_agent.engines import ENGINES
-from dtn_agent.reports import Pinning, RateReport, StreamRate
 from sdn_app.core import transfer_store as store
 from sdn_app.core import validation
 from sdn_app.core.advisor import Health
@@ -58,6 +56,7 @@ from sdn_app.core.clock import Clock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from sdn_app.core.ledger import AlsoWrite
 from sdn_app.core.paths import PathRequest
+from sdn_app.core.reports import ENGINES, Pinning, RateReport, StreamRate
 from sdn_app.core.reservations import Event, Principal, Reservation, ReservationBook, Role, State
 from sdn_app.core.units import format_bandwidth
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from sdn_app.core import decisions
 from sdn_app.core.units import format_bandwidth
-from sdn_app.demo.console import flow_rows
-from sdn_app.demo.expectations import Result
-from sdn_app.demo.record import MARKED, Recording
-from sdn_app.demo.scenario import Scenario
+from tsdn.demo.console import flow_rows
+from tsdn.demo.expectations import Result
+from tsdn.demo.record import MARKED, Recording
+from tsdn.demo.scenario import Scenario
 
 LINE_STYLES = {"failure": ("tab:red", "-"), "restore": ("tab:green", "-"), "congestion": ("tab:orange", "--"),
                "clear": ("tab:olive", "--"), "reroute": ("tab:purple", ":")}

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from sdn_app.cli import reservations
-from sdn_app.cli.output import print_json, table
-from sdn_app.cli.request_args import add_request_arguments, request_from_args
-from sdn_app.cli.topo import load
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.paths import Path, PathFinder, PathRequest, Route, Unbooked, path_to_dict
 from sdn_app.core.units import (
@@ -15,6 +11,10 @@ from sdn_app.core.units import (
     format_time,
     format_window,
 )
+from tsdn.cli import reservations
+from tsdn.cli.request_args import add_request_arguments, request_from_args
+from tsdn.cli.topo import load
+from tsdn.output import print_json, table
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -8,12 +8,12 @@ import sys
 import time
 from collections.abc import Iterator
 
-from dtn_agent.engines import ENGINES
-from sdn_app.cli.output import EXIT_REFUSED, print_json, table
-from sdn_app.cli.reservations import _as_dict, _client_options
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import POLICIES
+from sdn_app.core.reports import ENGINES
 from sdn_app.core.units import format_bandwidth, format_bytes, parse_bandwidth, parse_size
+from tsdn.cli.reservations import _as_dict, _client_options
+from tsdn.output import EXIT_REFUSED, print_json, table
 
 BAR_WIDTH = 30
 RECONNECT_WINDOW = 600.0  # seconds `tsdn transfer` waits for a restarting controller

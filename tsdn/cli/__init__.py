@@ -6,9 +6,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from sdn_app.cli import agent, bench, controller, demo, path, topo, transfer
-from sdn_app.cli.output import fail
 from sdn_app.core.errors import TsdnError
+from tsdn.cli import agent, bench, controller, demo, path, topo, transfer
+from tsdn.output import fail
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""What a transfer engine says about a running transfer, once per second, whatever the engine.
+"""What a transfer engine says about a running transfer, once per second, whatever the engine, and
+the engines' names: the words the controller and the agents share about transfers.
 
 Every engine (the builtin TCP engine, iperf3, FDT, perftest) turns what it measures into
 `RateReport`s of one shape, so the agent streams them to the controller the same way and the
@@ -10,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sdn_app.core import validation as v
+
+ENGINES = ("builtin", "iperf3", "fdt", "rdma")
+"""The transfer engines an agent can run (`dtn_agent.engines.engine_named`), in the order a person would try them."""
 
 MAX_STREAMS_REPORTED = 1024  # per-stream entries in one report
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from sdn_app.cli.output import table
 from sdn_app.core.units import format_bandwidth
-from sdn_app.demo.record import Event, Flow, Recording
+from tsdn.demo.record import Event, Flow, Recording
+from tsdn.output import table
 
 LAST_EVENTS = 10
 PLAIN_STATUS_EVERY = 5.0  # seconds between status lines when not on a terminal

@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from sdn_app.cli.output import EXIT_BAD_INPUT
-from sdn_app.demo.scenario import DEFAULT_SCENARIO, SCENARIO_DIR
+from tsdn.demo.scenario import DEFAULT_SCENARIO, SCENARIO_DIR
+from tsdn.output import EXIT_BAD_INPUT
 
 EPILOG = f"""\
 Exit codes: 0 every expectation held; 1 one failed (the output says which, measured against
@@ -43,8 +43,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run_demo(args: argparse.Namespace) -> int:
     from sdn_app.core.errors import InvalidArgument
-    from sdn_app.demo.console import Console
-    from sdn_app.demo.scenario import ScenarioError, load_scenario
+    from tsdn.demo.console import Console
+    from tsdn.demo.scenario import ScenarioError, load_scenario
 
     try:
         loaded = load_scenario(args.scenario)
@@ -63,7 +63,7 @@ def run_demo(args: argparse.Namespace) -> int:
     console = Console(tty=False if args.plain else None)
     console.say(f"tsdn demo {scenario.name}: {scenario.description}")
     console.say(f"report folder: {out}")
-    from sdn_app.demo.runner import DemoRunner
+    from tsdn.demo.runner import DemoRunner
 
     runner = DemoRunner(loaded, out, console, http=None if args.no_http else args.http)
     return runner.run()

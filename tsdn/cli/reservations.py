@@ -12,12 +12,12 @@ from pathlib import Path
 
 from google.protobuf.json_format import MessageToDict
 
-from sdn_app.cli.output import EXIT_BAD_INPUT, EXIT_REFUSED, fail, print_json, table
-from sdn_app.cli.request_args import add_request_arguments, request_from_args
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import POLICIES
 from sdn_app.core.units import format_bandwidth, format_time, format_window, parse_bandwidth, parse_time
+from tsdn.cli.request_args import add_request_arguments, request_from_args
+from tsdn.output import EXIT_BAD_INPUT, EXIT_REFUSED, fail, print_json, table
 
 EXIT_AUTH = 3
 EXIT_UNAVAILABLE = 4

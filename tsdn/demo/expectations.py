@@ -36,8 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sdn_app.core.units import format_bandwidth
-from sdn_app.demo.record import Event, Recording
-from sdn_app.demo.scenario import Scenario
+from tsdn.demo.record import Event, Recording
+from tsdn.demo.scenario import Scenario
 
 RESUMED_SHARE = 0.5  # a transfer has resumed once it carries this share of its booking
 REPORT_INTERVAL = 1.0  # seconds one rate report covers

@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
-from dtn_agent.engines import ENGINES
 from sdn_app.core.errors import InvalidArgument, TopologyError
+from sdn_app.core.reports import ENGINES
 from sdn_app.core.topology import Topology
 from sdn_app.core.topology_schema import NAME_PATTERN, describe_validation_error, read_text_file, read_yaml
 from sdn_app.core.units import format_bandwidth, parse_bandwidth, parse_size

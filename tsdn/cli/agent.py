@@ -11,10 +11,10 @@ import socket
 import sys
 from pathlib import Path
 
-from sdn_app.cli.output import EXIT_REFUSED, fail, print_json, table
-from sdn_app.cli.reservations import _as_dict, _client_options, _epoch, _exit_code
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.units import format_bandwidth, format_time
+from tsdn.cli.reservations import _as_dict, _client_options, _epoch, _exit_code
+from tsdn.output import EXIT_REFUSED, fail, print_json, table
 
 
 def register(commands: argparse._SubParsersAction) -> None:

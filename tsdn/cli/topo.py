@@ -8,13 +8,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sdn_app.cli.output import print_json, table
-from sdn_app.cli.reservations import _client_options
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.topology import Topology
 from sdn_app.core.topology_schema import MAX_TOPOLOGY_BYTES, dump_topology_spec
 from sdn_app.core.units import format_bandwidth, parse_bandwidth
 from topologies import resolve_topology
+from tsdn.cli.reservations import _client_options
+from tsdn.output import print_json, table
 
 
 def register(commands: argparse._SubParsersAction) -> None:

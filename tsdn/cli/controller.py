@@ -110,12 +110,12 @@ _REROUTE_OPTIONS = (
 
 def run_controller(args: argparse.Namespace) -> int:
     """Run until SIGINT or SIGTERM."""
-    from northbound.ha import HAController
-    from northbound.server import Controller, ControllerConfig
     from sdn_app.core.errors import InvalidArgument
     from sdn_app.ha.election import check_ttl
     from sdn_app.ha.etcd import parse_store
     from topologies import resolve_topology
+    from tsdn.controller import Controller, ControllerConfig
+    from tsdn.ha_controller import HAController
 
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -32,12 +32,12 @@ import yaml
 
 from sdn_app.core.errors import FailedPrecondition
 from sdn_app.core.units import format_bandwidth
-from sdn_app.demo.console import Console
-from sdn_app.demo.cross_traffic import CrossTraffic
-from sdn_app.demo.expectations import REARRANGEMENT, evaluate
-from sdn_app.demo.record import BookingSample, Flow, LinkSample, RateSample, Recording
-from sdn_app.demo.report import summary, write_report
-from sdn_app.demo.scenario import (
+from tsdn.demo.console import Console
+from tsdn.demo.cross_traffic import CrossTraffic
+from tsdn.demo.expectations import REARRANGEMENT, evaluate
+from tsdn.demo.record import BookingSample, Flow, LinkSample, RateSample, Recording
+from tsdn.demo.report import summary, write_report
+from tsdn.demo.scenario import (
     ClearLinkAction,
     CongestLinkAction,
     FailLinkAction,
@@ -101,7 +101,7 @@ def port_is_free(address: str) -> bool:
 
 def tsdn_command() -> list[str]:
     """How to run the `tsdn` CLI of this very installation (also inside Mininet hosts)."""
-    return [sys.executable, "-m", "sdn_app.cli"]
+    return [sys.executable, "-m", "tsdn"]
 
 
 class _Interrupted(Exception):

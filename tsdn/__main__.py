@@ -1,0 +1,7 @@
+"""`python -m tsdn` runs the `tsdn` command line."""
+
+import sys
+
+from tsdn.cli import main
+
+sys.exit(main())

@@ -1,0 +1,237 @@
+"""One running controller: the core (reservation book, ledger, agents, transfers) on its worker
+thread, its store, the OpenFlow fabric, the gRPC API and the live map, wired together."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpc_health.v1 import health_pb2
+
+from northbound.auth import is_loopback
+from northbound.loop import LoopThread
+from northbound.server import SERVICES, api_access, api_server, bind, host_port
+from northbound.streams import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_PRINCIPAL, StreamLimits, StreamSlots
+from sdn_app.core.advisor import RateAdvisor
+from sdn_app.core.agents import DEFAULT_HEARTBEAT_TIMEOUT, AgentRegistry
+from sdn_app.core.clock import Clock, SystemClock
+from sdn_app.core.congestion import ReroutePolicy
+from sdn_app.core.errors import FailedPrecondition, InvalidArgument
+from sdn_app.core.ledger import Ledger
+from sdn_app.core.replication import Replica
+from sdn_app.core.reservations import DEFAULT_KEEP_ENDED, Principal, ReservationBook, Role, Sweeper
+from sdn_app.core.topology import Topology
+from sdn_app.core.transfers import TransferDesk
+from sdn_app.core.utilization import DirectionLoad
+from sdn_app.worker import CoreWorker
+
+log = logging.getLogger(__name__)
+LOAD_INTERVAL = 1.0  # seconds between rounds of measured link loads into the book (the switches are polled as often)
+
+
+@dataclass
+class ControllerConfig:
+    """What `tsdn controller` is started with."""
+
+    topology: Path
+    listen_grpc: str = "127.0.0.1:50051"
+    also_listen: tuple[str, ...] = ()  # more gRPC addresses (HOST:PORT or unix:PATH), e.g. for agents in Mininet
+    state: Path = Path("tsdn.db")
+    tokens: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    client_ca: Path | None = None
+    listen_openflow: str | None = None  # None: no switches, reservations are booked in the ledger only
+    emulation_scale: float = 1.0  # meters carry nominal rate x scale (Mininet); 1 on real switches
+    agent_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT  # seconds without a heartbeat before an agent is LOST
+    listen_http: str | None = None  # live map + /metrics (HOST:PORT; `tsdn controller` defaults to 127.0.0.1:8080)
+    http_required: bool = True  # False: a busy listen_http is a warning (the CLI's default address), not an error
+    allow_plaintext_tokens: bool = False  # serve --tokens without TLS beyond loopback (warned about loudly)
+    keep_ended: float = DEFAULT_KEEP_ENDED  # seconds an ended reservation stays in memory (inf: for good)
+    max_streams: int = DEFAULT_MAX_STREAMS  # server streams (Watch*, TakeJobs, ...) open at once, in total
+    max_streams_per_principal: int = DEFAULT_MAX_STREAMS_PER_PRINCIPAL  # ... and per principal
+    reroute: ReroutePolicy = field(default_factory=ReroutePolicy)  # when and where rates move reservations
+    clock: Clock = field(default_factory=SystemClock)
+    store: str | None = None  # etcd://HOST:PORT[,...]: state shared by several controllers (tsdn/ha_controller.py)
+    lease_ttl: int = 2  # seconds of the leader's etcd lease (with `store`)
+    advertise: str | None = None  # the gRPC address followers send clients to (default: listen_grpc)
+
+
+class LoadFeed:
+    """The switches' measured link loads into the book every `LOAD_INTERVAL` s (a ticker of the core
+    worker, so on its thread); each congestion verdict that changes is logged."""
+
+    def __init__(self, book: ReservationBook, measure: Callable[[], Mapping[str, DirectionLoad]]):
+        self.book = book
+        self.measure = measure
+        self._next = book.clock.now()
+
+    def tick(self) -> None:
+        """Feed one round of loads."""
+        self._next = self.book.clock.now() + LOAD_INTERVAL
+        for condition in self.book.observe_loads(self.measure()):
+            if condition.congested:
+                log.warning("link direction congested: %s", condition.describe())
+            else:
+                log.info("link direction clear again: %s", condition.describe())
+
+    def next_deadline(self) -> float:
+        return self._next
+
+    def take_events(self) -> list:
+        return []
+
+
+class Controller:
+    """A running controller: the reservation book on its worker thread, served over gRPC."""
+
+    def __init__(self, config: ControllerConfig, *, replica: Replica | None = None, fabric: Any = None,
+                 before_bind: Callable[[], None] = lambda: None):
+        """Load everything and bind the port; nothing is served until `start`.
+
+        With `replica` (an elected leader, tsdn/ha_controller.py) the state is the replica's, not
+        `config.state`'s; a given `fabric` (already connected to the switches, MASTER) is used
+        instead of starting one, and left running by `stop`. `before_bind` runs just before the
+        gRPC addresses are bound (the follower's server lets them go then).
+        """
+        self.config = config
+        self._own_fabric = fabric is None
+        self.auth, credentials, self.plaintext_tokens = api_access(config)
+        if not 0 < config.emulation_scale <= 1:
+            raise InvalidArgument(f"--emulation-scale: must be in (0, 1], got {config.emulation_scale}")
+        self.streams = StreamSlots(StreamLimits(config.max_streams, config.max_streams_per_principal))
+        self.topology = Topology.load(config.topology)
+        for warning in self.topology.unreachable_dtn_warnings():  # as `tsdn topo validate` says
+            log.warning("%s: %s", config.topology, warning)
+        for principal, dtn in sorted(self.auth.agent_dtns.items()):
+            if dtn not in self.topology.dtns:
+                raise InvalidArgument(f"{config.tokens}: agent {principal}: dtn {dtn!r} is not a DTN of "
+                                      f"topology {self.topology.name}")
+        # exclusive: one controller per state file; a second one refuses, naming this one
+        self.ledger = Ledger(self.topology.capacities(), config.state, config.clock, exclusive=True, replica=replica)
+        self.fabric = fabric
+        try:
+            self.agents = AgentRegistry(self.topology, config.clock, config.agent_timeout, config.emulation_scale,
+                                        store=self.ledger)
+            self.book = ReservationBook(self.topology, self.ledger, config.clock,
+                                        provisioning=config.listen_openflow is not None,
+                                        advisor=RateAdvisor(config.reroute), keep_ended=config.keep_ended)
+            for repair in self.book.repairs:  # bookings that no longer fit the topology: never silently
+                log.warning("%s: %s %s: %s", config.state, repair.reservation, repair.action, repair.reason)
+            self.book.host_limits = self.agents.host_limit
+            # The transfers stored with the reservations: the running ones are picked up.
+            self.transfers = TransferDesk(self.book, self.agents, config.clock, config.emulation_scale)
+            self.ledger.flush()  # what loading repaired, stored before anything is served (with a replica)
+            live = [t for t in self.transfers.list(Principal("tsdn", Role.ADMIN)) if not t.state.ended]
+            if live:
+                log.info("%s: %d live transfer(s) picked up: %s", self.ledger.path, len(live),
+                         ", ".join(f"{t.name} {t.state}" for t in live))
+            if config.listen_openflow is not None and self.fabric is None:
+                from sdn_app.openflow.fabric import start_openflow  # os-ken only when switches are controlled
+
+                host, port = host_port(config.listen_openflow, "--listen-openflow")
+                self.fabric = start_openflow(self.topology, host, port, config.emulation_scale)
+        except BaseException:
+            self.ledger.close()
+            raise
+        tickers: tuple = (self.agents, self.transfers, Sweeper(self.book))
+        if self.fabric is not None:
+            tickers += (LoadFeed(self.book, self.fabric.utilization),)
+        self.worker = CoreWorker(self.book, self.fabric, tickers=tickers)
+        # --- live map and /metrics (sdn_app/web) ---
+        self.web = None
+        if config.listen_http is not None:
+            self.web = self._web_server(config.listen_http)
+        # --- end live map ---
+        # gRPC on asyncio, on a loop thread of its own: however many streams are open, they hold no
+        # thread, and unary calls never queue behind them (see RPC_THREADS).
+        before_bind()
+        self.loop = LoopThread("tsdn-grpc")
+        try:
+            self.health, self.server, self._pool = self.loop.run(
+                api_server(self.worker, self.auth, self.streams, self.agents, self.transfers, self.fabric))
+            self.port = bind(self.loop, self.server, config, credentials)
+        except BaseException:
+            self.loop.close()
+            self.ledger.close()
+            raise
+
+    def _web_server(self, address: str):
+        """The read-only HTTP server of the live map and /metrics, bound (served from `start`)."""
+        from sdn_app.web import LiveMap, WebServer
+
+        host, port = host_port(address, "--listen-http")
+        live = LiveMap(self.worker, self.topology, self.fabric, self.config.emulation_scale)
+        live.metrics.set_ledger_repairs(self.book.ledger_repairs)  # all made while loading, before this
+        try:
+            web = WebServer(live, (host, port))
+        except OSError as exc:
+            if not self.config.http_required:
+                log.warning("no live map: cannot listen on %s (%s); give --listen-http another address",
+                            address, exc.strerror or exc)
+                return None
+            self.ledger.close()
+            if self.fabric is not None and self._own_fabric:
+                self.fabric.stop()
+            raise FailedPrecondition(f"--listen-http {address}: cannot listen there ({exc.strerror or exc})") from None
+        if not is_loopback(address):
+            log.warning("the live map and /metrics on %s are read-only but visible to anyone who can reach "
+                        "that address (no authentication)", web.address)
+        return web
+
+    @property
+    def plaintext_warning(self) -> str | None:
+        """What to warn of when --allow-plaintext-tokens let tokens cross a network in plaintext (None: nowhere)."""
+        if not self.plaintext_tokens:
+            return None
+        return (f"PLAINTEXT TOKENS: bearer tokens reach {', '.join(self.plaintext_tokens)} without TLS "
+                "(--allow-plaintext-tokens): anyone on the path can read and reuse them. Serve TLS "
+                "(--tls-cert and --tls-key) unless every network between callers and this controller is trusted.")
+
+    @property
+    def http_address(self) -> str | None:
+        """`host:port` of the live map, when served."""
+        return self.web.address if self.web is not None else None
+
+    @property
+    def address(self) -> str:
+        """`host:port` actually bound (the port is chosen by the OS when 0 was asked for)."""
+        return f"{self.config.listen_grpc.rsplit(':', 1)[0]}:{self.port}"
+
+    def start(self) -> None:
+        """Start the core worker and serve; links the switches report down or up move reservations."""
+        self.worker.start()
+        if self.fabric is not None:
+            book, worker = self.book, self.worker
+            self.fabric.link_listener = lambda link, up, reason: worker.submit(book.set_link_state, link, up, reason)
+        self.loop.run(self.server.start())
+        if self.web is not None:  # live map
+            self.web.start()
+            log.info("live map on http://%s/ (Prometheus metrics at /metrics)", self.web.address)
+        for service in ("", *SERVICES):
+            self.loop.run(self.health.set(service, health_pb2.HealthCheckResponse.SERVING))
+        if self.auth.development_mode:
+            log.warning("DEVELOPMENT MODE: no --tokens file, so every caller on %s is the admin 'dev'. "
+                        "Give --tokens before anyone else can reach this port.", self.address)
+        if self.plaintext_warning is not None:
+            log.warning("%s", self.plaintext_warning)
+        log.info("tsdn controller: topology %s, state %s, gRPC on %s%s", self.topology.summary(), self.ledger.path,
+                 self.address, " (TLS)" if self.config.tls_cert else "")
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop serving (in-flight calls get `grace` seconds), stop the worker, close the database."""
+        if self.loop.running:
+            self.loop.run(self.health.enter_graceful_shutdown())
+            self.worker.close_watchers()
+            self.loop.run(self.server.stop(grace), timeout=grace + 5)
+            self.loop.close()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.web is not None:  # live map
+            self.web.stop()
+        self.worker.stop()
+        if self.fabric is not None and self._own_fabric:
+            self.fabric.stop()
+        self.ledger.close()
