@@ -56,12 +56,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path as FilePath
 
 from benchmarks.report import print_result, say
-from sdn_app.core.advisor import Health
 from sdn_app.core.clock import FakeClock
+from sdn_app.core.decisions import Decision, Kind
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NoCapacity
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import Path, PathFinder, PathRequest
-from sdn_app.core.reservations import PathChoice, Principal, ReservationBook, Role
+from sdn_app.core.rerouting.advisor import Health
+from sdn_app.core.reservation import Event, PathChoice, Principal, Role
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.core.utilization import DirectionLoad
 from topologies import builtin_topology
@@ -127,7 +129,8 @@ class Episode:
 
 @dataclass
 class Move:
-    """One move seen: second, transfer, old and new path, and its reason."""
+    """One move seen: second, transfer, old and new path, its reason, and the typed decision it
+    was (what the judging reads; None: no decision, e.g. a move asked for)."""
 
     t: int
     index: int
@@ -136,6 +139,10 @@ class Move:
     reason: str
     correct: bool = False
     why: str = ""
+    decision: Decision | None = None
+
+    def is_a(self, *kinds: Kind) -> bool:
+        return self.decision is not None and self.decision.kind in kinds
 
 
 @dataclass
@@ -535,20 +542,21 @@ def _drive(topology: Topology, episode: Episode, book: ReservationBook, clock: F
     outcome = Outcome()
     low = [0] * len(names)
 
-    def seen(t: int, reasons: dict[int, str], rates: list[float]) -> None:
-        """Note every transfer whose path changed, with the reason given for it."""
+    def seen(t: int, told: dict[int, tuple[str, Decision | None]], rates: list[float]) -> None:
+        """Note every transfer whose path changed, with the reason and the decision given for it."""
         now = [_path(book, name) for name in names]
         for i, (old, new) in enumerate(zip(paths, now, strict=True)):
             if old.direction_ids != new.direction_ids:
-                outcome.moves.append(Move(t, i, old, new, reasons.get(i, "")))
+                reason, decision = told.get(i, ("", None))
+                outcome.moves.append(Move(t, i, old, new, reason, decision=decision))
         for move in outcome.moves:
             if move.t == t and not move.why:
                 move.correct, move.why = judge(network, episode, move, now, rates, index_of)
                 move.why = move.why or "correct"
         paths[:] = now
 
-    def event_reasons() -> dict[int, str]:
-        return {index_of[e.reservation.id]: e.reason for e in book.take_events() if e.reservation.id in index_of}
+    def told(events: list[Event]) -> dict[int, tuple[str, Decision | None]]:
+        return {index_of[e.reservation.id]: (e.reason, e.decision) for e in events if e.reservation.id in index_of}
 
     for t in range(1, episode.length + 1):
         clock.advance(1)
@@ -556,7 +564,7 @@ def _drive(topology: Topology, episode: Episode, book: ReservationBook, clock: F
             if when == t:
                 network.down.add(link)
                 book.set_link_state(link, up=False)
-                seen(t, event_reasons(), network.rates(t, paths)[0])
+                seen(t, told(book.take_events()), network.rates(t, paths)[0])
         rates, health = network.rates(t, paths)
         if core:
             book.observe_loads(network.loads(t, paths, rates))
@@ -567,9 +575,9 @@ def _drive(topology: Topology, episode: Episode, book: ReservationBook, clock: F
                 elapsed = time.perf_counter() - start
                 events = book.take_events()
                 outcome.reports_s.append(elapsed)
-                if any(not e.reason.startswith("after the move") for e in events):
+                if any(e.decision is not None for e in events):
                     outcome.decisions_s.append(elapsed)
-                reasons = {index_of[e.reservation.id]: e.reason for e in events if e.reservation.id in index_of}
+                reasons = told(events)
             else:
                 reasons = {}
                 low[i] = low[i] + 1 if rates[i] < LOW * episode.transfers[i].booking else 0
@@ -581,33 +589,33 @@ def _drive(topology: Topology, episode: Episode, book: ReservationBook, clock: F
                         pass
                     else:
                         low[i] = 0
-                        reasons[i] = f"congested: low for {LOW_REPORTS} reports (baseline)"
+                        reasons[i] = (f"congested: low for {LOW_REPORTS} reports (baseline)", Decision(Kind.MOVED))
                     book.take_events()
             seen(t, reasons, rates)
     outcome.flaps = _flaps(episode, outcome.moves)
     outcome.made = {m.index for m in outcome.moves if m.correct and m.index in episode.required
-                    and not m.reason.startswith("rearrangement for ")}
+                    and not m.is_a(Kind.DISPLACED)}
     return outcome
 
 
 def judge(network: Network, episode: Episode, move: Move, paths: list[Path], rates: list[float],
           index_of: dict[str, int]) -> tuple[bool, str]:
     """Whether a move is right by the episode's ground truth, and why not."""
-    i, t, reason = move.index, move.t, move.reason
+    i, t, decision = move.index, move.t, move.decision
     where = network.fits(t, i, paths, rates)
     if where:
         return False, where
-    if reason.startswith("link ") and " down" in reason:
+    if decision is not None and decision.kind is Kind.LINK and not decision.link_up:
         if set(move.old.links) & network.down:
             return True, ""
         return False, "moved for a failure its path did not cross"
-    if reason.startswith("rearrangement for reservations/"):
-        relieved = index_of.get(reason.removeprefix("rearrangement for reservations/").split(":")[0])
+    if decision is not None and decision.kind is Kind.DISPLACED:
+        relieved = index_of.get(decision.relieves.removeprefix("reservations/"))
         if relieved is not None and relieved in episode.required and t >= episode.required[relieved]:
             return True, ""
         return False, "displaced for a reservation that did not need to move"
-    if not reason.startswith("congested: "):
-        return False, f"moved for no network cause: {reason[:80]}"
+    if decision is None or decision.cause != "congestion":
+        return False, f"moved for no network cause: {move.reason[:80]}"
     if i in episode.required and t >= episode.required[i]:
         return True, ""
     if i in episode.optional:
@@ -625,7 +633,7 @@ def _flaps(episode: Episode, moves: list[Move]) -> int:
             move.correct, move.why = False, "back onto a path it left"
         been.add(move.old.direction_ids)
     if episode.kind == "oscillating":
-        congestion = [m for m in moves if m.reason.startswith("congested: ")]
+        congestion = [m for m in moves if m.decision is not None and m.decision.cause == "congestion"]
         for extra in congestion[1:]:
             if extra.why != "back onto a path it left":
                 flaps += 1
@@ -659,7 +667,7 @@ class Tally:
         c["required"] += len(episode.required)
         c["made"] += len(outcome.made)
         c["flaps"] += outcome.flaps
-        c["rearranged"] += sum(m.reason.startswith("rearrangement for ") for m in outcome.moves)
+        c["rearranged"] += sum(m.is_a(Kind.DISPLACED) for m in outcome.moves)
         for m in outcome.moves:
             if not m.correct:
                 self.wrong.append(f"{episode.kind} #{episode.number} t={m.t}: {m.why}; {m.reason[:160]}")

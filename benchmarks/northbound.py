@@ -55,7 +55,8 @@ from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import TsdnError
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservations import Principal, ReservationBook, Role
+from sdn_app.core.reservation import Principal, Role
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from topologies import builtin_topology
 

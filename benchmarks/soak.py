@@ -45,7 +45,8 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservations import Principal, ReservationBook, Role
+from sdn_app.core.reservation import Principal, Role
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from topologies import builtin_topology
 

@@ -17,7 +17,7 @@ from northbound.transfers import job_out, role_in
 from sdn_app.core import validation as v
 from sdn_app.core.agents import Agent, AgentEvent, AgentFacts, AgentRegistry, AgentState, NicFacts, RdmaFacts
 from sdn_app.core.errors import InvalidArgument
-from sdn_app.core.reservations import Principal
+from sdn_app.core.reservation import Principal
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfers import JobOffer, TransferDesk
 from sdn_app.core.units import MAX_BANDWIDTH

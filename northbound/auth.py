@@ -35,7 +35,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sdn_app.core.errors import InvalidArgument, Unauthenticated
-from sdn_app.core.reservations import Principal, Role
+from sdn_app.core.reservation import Principal, Role
 from sdn_app.core.topology_schema import (
     capped_problems,
     describe_validation_error,

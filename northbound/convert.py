@@ -14,11 +14,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
-from sdn_app.core import validation
+from sdn_app.core import decisions, validation
+from sdn_app.core.decisions import Decision
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import Path, PathRequest
 from sdn_app.core.reports import MAX_STREAMS_REPORTED, Pinning, RateReport, StreamRate
-from sdn_app.core.reservations import Event, HistoryEntry, PathChoice, Reservation, ReservationBook, State
+from sdn_app.core.reservation import Event, HistoryEntry, PathChoice, Reservation, State
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import LinkDirection
 from sdn_app.core.units import MAX_BANDWIDTH
 
@@ -170,17 +172,111 @@ def reservation_out(r: Reservation, history: list[HistoryEntry] | None = None) -
         if r.route.backup is not None:
             message.backup_path.CopyFrom(path_out(r.route.backup))
     for entry in history or ():
-        message.history.append(pb.ReservationHistory(time=timestamp_out(entry.time), state=state_out(entry.state),
-                                                     reason=entry.reason))
+        item = pb.ReservationHistory(time=timestamp_out(entry.time), state=state_out(entry.state),
+                                     reason=entry.reason)
+        if (decision := entry.decision) is not None:
+            item.decision.CopyFrom(decision_out(decision))
+        message.history.append(item)
     return message
 
 
 def event_out(event: Event) -> pb.ReservationEvent:
     """A proto ReservationEvent."""
-    return pb.ReservationEvent(
+    message = pb.ReservationEvent(
         sequence=event.sequence, time=timestamp_out(event.time), previous_state=state_out(event.previous),
         state=state_out(event.reservation.state), reason=event.reason, reservation=reservation_out(event.reservation),
     )
+    if (decision := event.decision) is not None:
+        message.decision.CopyFrom(decision_out(decision))
+    return message
+
+
+# -- decisions (out on the server, in on the clients: the demo runner, `tsdn path show`) -------------
+
+_KIND_ENUM = {kind: pb.DecisionKind.Value(f"DECISION_{kind.name}") for kind in decisions.Kind}
+_KINDS = {value: kind for kind, value in _KIND_ENUM.items()}
+_WHY_ENUM = {why: pb.NotMovedReason.Value(f"NOT_MOVED_{why.name}") for why in decisions.Why}
+_WHYS = {value: why for why, value in _WHY_ENUM.items()}
+_PROTECTION_ENUM = {decisions.Protection.NONE: pb.PROTECTION_UNSPECIFIED,
+                    decisions.Protection.STAYS: pb.PROTECTION_STAYS,
+                    decisions.Protection.FAILS_OVER: pb.PROTECTION_FAILS_OVER}
+_PROTECTIONS = {value: protection for protection, value in _PROTECTION_ENUM.items()}
+
+
+def _measured_out(m: decisions.Measured) -> pb.MeasuredDirection:
+    return pb.MeasuredDirection(direction=m.direction, link=m.link, capacity_bps=max(m.capacity_bps, 0),
+                                measured_bps=m.measured_bps, unowned_bps=m.unowned_bps, reverse=m.reverse)
+
+
+def _measured_in(m: pb.MeasuredDirection) -> decisions.Measured:
+    return decisions.Measured(m.direction, m.link, m.capacity_bps, m.measured_bps, m.unowned_bps, m.reverse)
+
+
+def _taken_out(p: decisions.PathTaken) -> pb.PathTaken:
+    return pb.PathTaken(route=list(p.route), links=list(p.links))
+
+
+def _taken_in(p: pb.PathTaken) -> decisions.PathTaken:
+    return decisions.PathTaken(tuple(p.route), tuple(p.links))
+
+
+def decision_out(d: Decision) -> pb.Decision:
+    """A proto Decision, with its derived verdict and cause."""
+    message = pb.Decision(kind=_KIND_ENUM[d.kind], why=_WHY_ENUM[d.why] if d.why is not None else 0,
+                          displaced=[pb.Displacement(reservation=m.reservation, to=_taken_out(m.to))
+                                     for m in d.displaced],
+                          relieves=d.relieves, barred_links=list(d.barred), refusal=d.refusal, link=d.link,
+                          link_up=d.link_up, note=d.note, trigger=d.trigger,
+                          protection=_PROTECTION_ENUM[d.protection], verdict=d.verdict or "", cause=d.cause or "")
+    if d.evidence is not None:
+        e = d.evidence
+        evidence = message.evidence
+        evidence.achieved_bps, evidence.booked_bps, evidence.reports = e.achieved_bps, e.booked_bps, e.reports
+        evidence.congested.extend(_measured_out(m) for m in e.congested)
+        if e.busiest is not None:
+            evidence.busiest.CopyFrom(_measured_out(e.busiest))
+        evidence.unmeasured.extend(e.unmeasured)
+        for field, value in (("retransmits", e.retransmits), ("rtt_ms", e.rtt_ms),
+                             ("sender_cpu_percent", e.sender_cpu_percent)):
+            if value is not None:
+                setattr(evidence, field, value)
+    if d.to is not None:
+        message.to.CopyFrom(_taken_out(d.to))
+    if d.on is not None:
+        message.on.CopyFrom(_taken_out(d.on))
+    if d.headroom_bps is not None:
+        message.headroom_bps = max(d.headroom_bps, 0)
+    if d.hold is not None:
+        h = d.hold
+        message.hold.CopyFrom(pb.Hold(moved_ago_seconds=h.moved_ago_s, hold_down_seconds=h.hold_down_s,
+                                      moves=h.moves, window_seconds=h.window_s, budget=h.budget))
+    return message
+
+
+def decision_in(message: pb.Decision) -> Decision | None:
+    """The core `Decision` of a proto one (None when unset or of a kind this client does not know)."""
+    kind = _KINDS.get(message.kind)
+    if kind is None:
+        return None
+    evidence = None
+    if message.HasField("evidence"):
+        e = message.evidence
+        evidence = decisions.Evidence(
+            e.achieved_bps, e.booked_bps, e.reports, tuple(_measured_in(m) for m in e.congested),
+            _measured_in(e.busiest) if e.HasField("busiest") else None, tuple(e.unmeasured),
+            e.retransmits if e.HasField("retransmits") else None, e.rtt_ms if e.HasField("rtt_ms") else None,
+            e.sender_cpu_percent if e.HasField("sender_cpu_percent") else None)
+    hold = None
+    if message.HasField("hold"):
+        h = message.hold
+        hold = decisions.Hold(h.moved_ago_seconds, h.hold_down_seconds, h.moves, h.window_seconds, h.budget)
+    return Decision(
+        kind, _WHYS.get(message.why), evidence, _taken_in(message.to) if message.HasField("to") else None,
+        message.headroom_bps if message.HasField("headroom_bps") else None,
+        tuple(decisions.Displacement(m.reservation, _taken_in(m.to)) for m in message.displaced), message.relieves,
+        hold, tuple(message.barred_links), message.refusal, message.link, message.link_up, message.note,
+        message.trigger, _PROTECTIONS.get(message.protection, decisions.Protection.NONE),
+        _taken_in(message.on) if message.HasField("on") else None)
 
 
 def _direction_out(book: ReservationBook, d: LinkDirection) -> topo_pb.LinkDirection:

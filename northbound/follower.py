@@ -25,7 +25,7 @@ from northbound.proto.tsdn.v1 import agent_pb2, bandwidth_pb2, topology_pb2, tra
 from northbound.server import SERVICES, ApiSettings, bind, tls_credentials
 from northbound.servicers import _status, status_message
 from sdn_app.core.errors import TsdnError
-from sdn_app.core.reservations import create_table, list_page, read_row, read_visible
+from sdn_app.core.reservation_store import create_table, list_page, read_row, read_visible
 from sdn_app.core.topology import Topology
 from sdn_app.ha.election import Leader
 from sdn_app.ha.etcd import Etcd, prefix_end, unb64

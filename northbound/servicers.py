@@ -24,7 +24,8 @@ from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
 from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
 from northbound.streams import OPEN_HEADER
 from sdn_app.core.errors import InvalidArgument, TsdnError
-from sdn_app.core.reservations import Event, Principal, ReservationBook, Role
+from sdn_app.core.reservation import Event, Principal, Role
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.worker import CoreWorker, EventHub, Subscription, owner_topic
 
 log = logging.getLogger(__name__)

@@ -74,11 +74,6 @@ class StreamSlots:
         """Streams open now."""
         return self._total
 
-    def open_for(self, principal: str) -> int:
-        """Streams `principal` holds open now."""
-        with self._lock:
-            return self._open[principal]
-
     def acquire(self, principal: str) -> None:
         """Take a slot for a stream of `principal`, or StreamLimitReached naming the limit."""
         with self._lock:

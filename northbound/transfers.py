@@ -16,7 +16,7 @@ from northbound.proto.tsdn.v1 import transfer_pb2_grpc as pb_grpc
 from northbound.servicers import _Base, rpc
 from sdn_app.core import validation
 from sdn_app.core.errors import InvalidArgument
-from sdn_app.core.reservations import Principal
+from sdn_app.core.reservation import Principal
 from sdn_app.core.transfers import (
     MAX_FILES,
     Job,

@@ -7,10 +7,10 @@ the book when a window starts or ends and publishes the book's events to watcher
 watcher's snapshot and the events after it never overlap or miss one. A watcher on the asyncio
 loop waits for its subscription's events with `Subscription.next_async`, woken through the loop.
 
-With switches (a fabric), the `Provisioner` applies the book's OpenFlow changes in batches on
-its own thread, and reconciles each switch when it connects: the fabric's
-`on_switch_connected` queues, through this thread, a job holding what the switch should hold,
-behind every change queued before it.
+With switches, a provisioner (`Provisioning`: `sdn_app.openflow.provisioner`, built by the process
+assembly) applies the book's OpenFlow changes in batches on its own thread, and reconciles each
+switch when it connects: `reconcile_switch` queues, through this thread, a job holding what the
+switch should hold, behind every change queued before it.
 
 Other core state with deadlines (the agent registry) joins as a `Ticker`: the same thread
 ticks it by its deadline and publishes its events to a hub of its own (`hub_for(ticker)`).
@@ -24,15 +24,14 @@ import logging
 import math
 import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sdn_app.core.errors import Unavailable
-from sdn_app.core.plans import Step, SwitchPlan
-from sdn_app.core.reservations import Change, Event, ReservationBook
+from sdn_app.core.plans import SwitchPlan
+from sdn_app.core.reservation import Change, Event
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.transfers import JobOffer, TransferEvent
 
 log = logging.getLogger(__name__)
@@ -237,183 +236,32 @@ class Observer(Protocol):
         ...
 
 
-class Fabric(Protocol):
-    """The OpenFlow side, as the provisioner needs it (sdn_app.openflow.fabric.Fabric)."""
+class Provisioning(Protocol):
+    """What applies the book's OpenFlow changes to the switches on a thread of its own
+    (`sdn_app.openflow.provisioner.Provisioner`), as the worker calls it."""
 
-    on_switch_connected: Callable[[str], None] | None  # set by the CoreWorker; called on an OpenFlow thread
-
-    def apply_many(self, changes: Sequence[Sequence[Step]], timeout: float = 5.0) -> list[str | None]:
-        """Apply independent changes together; per change, None when confirmed, else why not."""
+    def start(self) -> None:
+        """Start applying changes."""
         ...
 
-    def reconcile(self, switch: str, expected: SwitchPlan, timeout: float = 5.0) -> Any:
-        """Make `switch` hold exactly `expected`; the result's `summary()` says what changed."""
+    def submit(self, changes: list[Change]) -> None:
+        """Queue `changes` (stored already) behind those already queued."""
+        ...
+
+    def reconcile(self, switch: str, expected: SwitchPlan) -> None:
+        """Queue a reconciliation of `switch` to `expected` behind what is already queued."""
         ...
 
     def connected_switches(self) -> set[str]:
         """Names of the switches connected now."""
         ...
 
-
-@dataclass(frozen=True)
-class Reconcile:
-    """A queued reconciliation: make `switch` hold `expected`, what the core wanted there when it
-    queued the job (behind every change it had queued before, so the two agree)."""
-
-    switch: str
-    expected: SwitchPlan
-
-
-MAX_BATCH = 1000  # changes applied together at most
-MAX_GROUP_COMMIT = 64  # calls whose changes a replicated ledger stores in one transaction, at most
-Report = tuple[str, str | None, int]  # reservation id, None or why its change failed, the change's token
-_NOTHING = object()
-
-
-def _touches(change: Change) -> set[tuple]:
-    """What `change` touches: its reservation and the key of every entry its steps name."""
-    touched: set[tuple] = {("reservation", change.reservation_id)}
-    for step in change.steps:
-        if step.spec is not None:
-            touched.add((type(step.spec).__name__, step.spec.key))
-    return touched
-
-
-class Provisioner:
-    """Applies the book's OpenFlow changes on its own thread, never holding up the core, and
-    reports the outcome of each install back through the core's serialized entry point.
-
-    Changes queued while a batch is applied are applied together as the next batch (at most
-    `max_batch`), with `Fabric.apply_many`, and their outcomes reported in one core call.
-    Order is kept where it matters: a change that touches anything an earlier change in the
-    batch touches (same reservation, or the same flow key, meter or group id on a switch: a
-    meter id freed by one release and taken by the next install) waits for the next batch,
-    and so does every later change touching what it touches. A reconciliation job runs
-    alone, after everything queued before it and before everything queued after it.
-    """
-
-    def __init__(self, fabric: Fabric, report: Callable[[list[Report]], None],
-                 reconciled: Callable[[str], None] | None = None, max_batch: int = MAX_BATCH):
-        """`report(reports)` gets the outcome of each install or move of a batch, `reconciled(switch)`
-        is told of each switch reconciled; both run on this thread and may block."""
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
-        self.fabric = fabric
-        self.max_batch = max_batch
-        self._report = report
-        self._reconciled = reconciled
-        self._queue: queue.SimpleQueue[Change | Reconcile | None] = queue.SimpleQueue()
-        self._later: deque[Change | Reconcile | None] = deque()  # taken from the queue, left for a later batch
-        self._thread = threading.Thread(target=self._run, name="tsdn-provisioner", daemon=True)
-
-    def start(self) -> None:
-        """Start applying changes."""
-        self._thread.start()
-
-    def submit(self, changes: list[Change]) -> None:
-        """Queue `changes` behind those already queued."""
-        for change in changes:
-            self._queue.put(change)
-
-    def reconcile(self, switch: str, expected: SwitchPlan) -> None:
-        """Queue a reconciliation of `switch` to `expected` behind what is already queued."""
-        self._queue.put(Reconcile(switch, expected))
-
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop after the batch in progress (and what was queued before this call)."""
-        self._queue.put(None)
-        if self._thread.ident is not None:  # started
-            self._thread.join(timeout)
-
-    def _take(self, block: bool) -> Change | Reconcile | object | None:
-        if self._later:
-            return self._later.popleft()
-        if block:
-            return self._queue.get()
-        try:
-            return self._queue.get_nowait()
-        except queue.Empty:
-            return _NOTHING
-
-    def next_batch(self) -> list[Change] | Reconcile | None:
-        """The next work, waiting for some: a batch of changes, a reconciliation, or None (stop)."""
-        first = self._take(block=True)
-        if first is None or isinstance(first, Reconcile):
-            return first
-        assert isinstance(first, Change)
-        batch, claimed = [first], _touches(first)
-        later: list[Change | Reconcile | None] = []
-        blocked: set[tuple] = set()
-        while len(batch) < self.max_batch:
-            item = self._take(block=False)
-            if item is _NOTHING:
-                break
-            if item is None or isinstance(item, Reconcile):  # the end or a reconciliation: nothing passes it
-                later.append(item)
-                break
-            assert isinstance(item, Change)
-            touched = _touches(item)
-            if touched & claimed or touched & blocked:
-                later.append(item)
-                blocked |= touched
-            else:
-                batch.append(item)
-                claimed |= touched
-        self._later.extendleft(reversed(later))
-        return batch
-
-    def _run(self) -> None:
-        while (work := self.next_batch()) is not None:
-            if not (self._reconcile(work) if isinstance(work, Reconcile) else self._apply(work)):
-                return
-
-    def _apply(self, batch: list[Change]) -> bool:
-        """Apply `batch` and report its installs; False once the core is shutting down."""
-        try:
-            errors = self.fabric.apply_many([list(change.steps) for change in batch])
-        except Exception as exc:  # the adapter's bug must not stop every later change
-            log.exception("applying %d change(s) failed", len(batch))
-            errors = [f"internal error: {exc}"] * len(batch)
-        reports: list[Report] = []
-        for change, error in zip(batch, errors, strict=True):
-            if change.confirm:
-                reports.append((change.reservation_id, error, change.token))
-            elif error:
-                log.warning("removing or changing flows of reservation %s: %s", change.reservation_id, error)
-        if reports:
-            try:
-                self._report(reports)
-            except RuntimeError:
-                return False  # the core is shutting down
-            except Exception:
-                log.exception("reporting %d install(s) to the core failed", len(reports))
-        return True
-
-    def _reconcile(self, job: Reconcile) -> bool:
-        """Reconcile one switch and say so; False once the core is shutting down."""
-        try:
-            done = self.fabric.reconcile(job.switch, job.expected)
-        except Exception as exc:  # a switch that cannot be reconciled must not stop the queue
-            log.warning("%s: reconciliation failed: %s", job.switch, exc, exc_info=not isinstance(exc, RuntimeError))
-            return True
-        log.info("%s: reconciled: %s", job.switch, done.summary())
-        if self._reconciled is not None:
-            try:
-                self._reconciled(job.switch)
-            except RuntimeError:
-                return False  # the core is shutting down
-            except Exception:
-                log.exception("telling the core that %s was reconciled failed", job.switch)
-        return True
+        """Stop after the work in progress."""
+        ...
 
 
-def _report_provisioned(book: ReservationBook, reports: list[Report]) -> None:
-    """Tell `book` the outcome of each change (on the core thread: one call for a whole batch)."""
-    for reservation_id, error, token in reports:
-        try:
-            book.provisioned(reservation_id, error, token)
-        except Exception:
-            log.exception("recording the outcome of reservation %s's change failed", reservation_id)
+MAX_GROUP_COMMIT = 64  # calls whose changes a replicated ledger stores in one transaction, at most
 
 
 def _expire(future: asyncio.Future) -> None:
@@ -463,18 +311,15 @@ class CoreWorker:
     """Runs calls into a `ReservationBook` on one thread and ticks it by its clock; also ticks
     `tickers` (by the book's clock), each publishing to its own hub."""
 
-    def __init__(self, book: ReservationBook, fabric: Fabric | None = None, tickers: Sequence[Ticker] = ()):
+    def __init__(self, book: ReservationBook, provisioner: Provisioning | None = None,
+                 tickers: Sequence[Ticker] = ()):
+        """With `provisioner`, the book's OpenFlow changes go to it once stored (switches are controlled)."""
         self.book = book
         self.hub = EventHub()
         self._tickers = [(ticker, EventHub()) for ticker in tickers]
         # Checked once: isinstance against a runtime-checkable protocol costs ~100 us a call.
         self._observers = [ticker for ticker in tickers if isinstance(ticker, Observer)]
-        self.fabric = fabric
-        self.provisioner = (Provisioner(fabric, lambda reports: self.call(_report_provisioned, book, reports),
-                                        lambda switch: self.call(book.switch_reconciled, switch))
-                            if fabric is not None else None)
-        if fabric is not None:
-            fabric.on_switch_connected = self.reconcile_switch
+        self.provisioner = provisioner
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future | _LoopOutcome] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="tsdn-core", daemon=True)
         self._stopped = threading.Event()
@@ -485,8 +330,8 @@ class CoreWorker:
         if self.provisioner is not None:
             self.provisioner.start()
         self._thread.start()
-        if self.fabric is not None:
-            for switch in sorted(self.fabric.connected_switches()):
+        if self.provisioner is not None:
+            for switch in sorted(self.provisioner.connected_switches()):
                 self.reconcile_switch(switch)
 
     def reconcile_switch(self, switch: str) -> None:

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservations import Principal, Reservation, ReservationBook, Role, State
+from sdn_app.core.reservation import Principal, Reservation, Role, State
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.core.utilization import DirectionLoad
 from tests.flowtable import FlowTables

@@ -8,12 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from sdn_app.core.advisor import AfterMove, Health, RateAdvisor, Underperforming
 from sdn_app.core.clock import FakeClock
-from sdn_app.core.congestion import LinkWatch, ReroutePolicy
 from sdn_app.core.errors import InvalidArgument, PermissionDenied
 from sdn_app.core.ledger import Ledger
-from sdn_app.core.reservations import Principal, ReservationBook, Role, State
+from sdn_app.core.rerouting.advisor import AfterMove, Health, RateAdvisor, Underperforming
+from sdn_app.core.rerouting.congestion import LinkWatch
+from sdn_app.core.rerouting.policy import ReroutePolicy
+from sdn_app.core.reservation import Principal, Role, State
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.core.topology_schema import load_topology_spec
 from tests.flowtable import FlowTables, delivered
@@ -266,10 +268,10 @@ def test_the_load_feed_gives_the_book_the_switches_loads_and_logs_each_verdict(e
     feed = LoadFeed(env.book, lambda: measured_loads(env.topology, measured))
     with caplog.at_level("INFO", logger="tsdn.controller"):
         feed.tick()
-        assert not env.book.watch.congested(S2_S3) and feed.next_deadline() == env.clock.now() + 1
+        assert not env.book.rerouter.watch.congested(S2_S3) and feed.next_deadline() == env.clock.now() + 1
         measured[S2_S3] = 99 * G
         feed.tick()
-        assert env.book.watch.congested(S2_S3)
+        assert env.book.rerouter.watch.congested(S2_S3)
         measured[S2_S3] = 10 * G
         feed.tick()
     assert [r.getMessage() for r in caplog.records] == [

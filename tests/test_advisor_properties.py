@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sdn_app.core.reservations import State
+from sdn_app.core.reservation import State
 from tests.switched import RUCIO, G, active, confirm, measured_loads, switched_ring8
 from tests.test_advisor import AGENT
 
@@ -40,7 +40,7 @@ def test_moves_have_a_measured_cause_and_land_on_measured_headroom(tmp_path_fact
                 continue
             old = before[r.id].primary
             old_links = set(old.links)
-            congested = env.book.watch.congested_links()
+            congested = env.book.rerouter.watch.congested_links()
             if after.reason.startswith("rearrangement for "):
                 relieved = after.reason.split()[2].rstrip(":")
                 relieved_path = env.book.get(RUCIO, relieved).route.primary  # moved, or about to

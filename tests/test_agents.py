@@ -13,7 +13,7 @@ from northbound.auth import Authenticator
 from sdn_app.core.agents import AgentFacts, AgentRegistry, AgentState, NicFacts
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import InvalidArgument, NotFound, PermissionDenied
-from sdn_app.core.reservations import Principal, Role
+from sdn_app.core.reservation import Principal, Role
 from sdn_app.core.topology import Topology
 from topologies import builtin_topology
 

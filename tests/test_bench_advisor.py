@@ -10,14 +10,16 @@ import pytest
 
 from benchmarks.advisor import KINDS, SERVICE, Generator, Move, Network, judge, main, request, run_baseline, run_core
 from sdn_app.core.clock import FakeClock
-from sdn_app.core.congestion import ReroutePolicy
+from sdn_app.core.decisions import Decision, Kind, PathTaken, Trigger
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathFinder, Unbooked
+from sdn_app.core.rerouting.policy import ReroutePolicy
 from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from topologies import builtin_topology
 
 SEED = 7
+TO = PathTaken(("a", "b"))  # where a move goes: the judging reads the paths themselves
 
 
 @pytest.fixture(scope="module")
@@ -89,17 +91,21 @@ def test_a_move_onto_the_congested_link_or_for_no_cause_is_judged_wrong(sc16, ep
     index_of = {f"r{i}": i for i in range(len(paths))}
     # Onto a path that still crosses the congested link: wrong, even though it leaves the failed one.
     onto_hot = _other_path(sc16, episode, paths, avoid={failed}, through=hot)
-    move = Move(when, 0, paths[0], onto_hot, f"link {failed} down: moving to ...")
+    move = Move(when, 0, paths[0], onto_hot, f"link {failed} down: moving to ...", decision=Trigger(failed).move(TO))
     assert judge(network, episode, move, [onto_hot, *paths[1:]], rates, index_of) == \
         (False, f"onto congested link {hot}")
     clear = _other_path(sc16, episode, paths, avoid={failed, hot})
-    move = Move(when, 0, paths[0], clear, f"link {failed} down: moving to ...")
+    move = Move(when, 0, paths[0], clear, "reworded", decision=Trigger(failed).move(TO))
     assert judge(network, episode, move, [clear, *paths[1:]], rates, index_of) == (True, "")
     # A bystander moved "for congestion": nothing called for it.
     bystander = _other_path(sc16, episode, paths, index=1, avoid={*paths[1].links, hot, failed})
-    move = Move(when, 1, paths[1], bystander, "congested: ...")
+    move = Move(when, 1, paths[1], bystander, "congested: ...", decision=Decision(Kind.MOVED))
     assert judge(network, episode, move, [paths[0], bystander, *paths[2:]], rates, index_of) == \
         (False, "moved with no congestion or failure on its path")
+    # The judging reads the typed decision: a reason that reads like a failure move, without one, is no cause.
+    move = Move(when, 0, paths[0], clear, f"link {failed} down: moving to ...")
+    assert judge(network, episode, move, [clear, *paths[1:]], rates, index_of) == \
+        (False, f"moved for no network cause: link {failed} down: moving to ...")
 
 
 def test_the_core_moves_only_where_the_ground_truth_asks(sc16, episodes, tmp_path):

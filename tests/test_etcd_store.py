@@ -13,7 +13,8 @@ from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import Fenced, NoCapacity
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservations import Principal, ReservationBook, Role
+from sdn_app.core.reservation import Principal, Role
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.ha.etcd import Etcd, b64, prefix_end, unb64
 from sdn_app.ha.store import EtcdReplica, leader_key, row_prefix

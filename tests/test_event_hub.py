@@ -12,7 +12,8 @@ import pytest
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservations import Principal, ReservationBook, Role
+from sdn_app.core.reservation import Principal, Role
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.worker import CoreWorker, EventHub, owner_topic
 from topologies import builtin_topology

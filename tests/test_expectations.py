@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sdn_app.core.decisions import Decision, Kind, PathTaken, to_dict
 from tsdn.demo.expectations import (
     causes,
     evaluate,
@@ -70,9 +71,11 @@ class Run:
         self.rec.event(at, "clear_link", timeline=93, link=link, ends=list(self.rec.links[link]),
                        directions=directions)
 
-    def move(self, name: str, at: float, old: tuple[str, ...], new: tuple[str, ...], reason: str = "") -> None:
+    def move(self, name: str, at: float, old: tuple[str, ...], new: tuple[str, ...], reason: str = "",
+             decision: Decision | None = None) -> None:
+        typed = {"cause": decision.cause, "decision": to_dict(decision)} if decision is not None else {}
         self.rec.event(at, "reroute", flow=name, old=list(old), new=list(new), reason=reason,
-                       message=f"{name}: {' '.join(old)} -> {' '.join(new)}")
+                       message=f"{name}: {' '.join(old)} -> {' '.join(new)}", **typed)
 
     def release(self, name: str, at: float) -> None:
         self.rec.event(at, "release", timeline=99, name=name, message=f"release {name}")
@@ -171,15 +174,18 @@ def test_a_failure_explains_moves_only_of_flows_that_crossed_it():
     assert result.detail.startswith("west at 8.3 s")
 
 
-def rearrangement(relieved_path: tuple[str, ...]) -> Run:
+def rearrangement(relieved_path: tuple[str, ...], reason: str = "", typed: bool = True) -> Run:
     """big (dtn6 -> dtn8) is congested on s7 -> s8 when on `relieved_path`; the controller moves
-    small out of the way first, announcing the rearrangement for big."""
+    small out of the way first, its typed decision naming big as the one it makes room for
+    (`typed`; with `reason` as the text, by default today's)."""
     run = Run()
     big = run.flow("big", "transfer", "dtn6", "dtn8", relieved_path, booked=90 * G)
     run.flow("small", "reservation", "dtn5", "dtn1", ("s5", "s4", "s3", "s2", "s1"), booked=20 * G)
     run.congest("s7-s8", 10.0, [S7_TO_S8])
+    to = PathTaken(("dtn5", "s5", "s6", "s7", "s8", "s1", "dtn1"), ("s5-s6", "s6-s7", "s7-s8", "s8-s1"))
     run.move("small", 13.0, ("s5", "s4", "s3", "s2", "s1"), ("s5", "s6", "s7", "s8", "s1"),
-             f"rearrangement for reservations/{big}: moving to s5 s6 s7 s8 s1 to make room")
+             reason or f"rearrangement for reservations/{big}: moving to s5 s6 s7 s8 s1 to make room",
+             Decision(Kind.DISPLACED, relieves=f"reservations/{big}", to=to) if typed else None)
     run.move("big", 13.1, relieved_path, S6_S8_AROUND,
              "congested: ...; moving to s6 s5 s4 s3 s2 s1 s8 (rearrangement made room)")
     return run
@@ -188,6 +194,15 @@ def rearrangement(relieved_path: tuple[str, ...]) -> Run:
 def test_a_move_announced_as_a_rearrangement_for_a_congested_flow_is_explained():
     result = unexplained_moves_at_most(rearrangement(S6_S8).rec, 0)
     assert result.passed, result.line()
+
+
+def test_the_typed_decision_explains_a_rearrangement_whatever_its_reason_says():
+    reworded = rearrangement(S6_S8, reason="making way for a neighbour")
+    assert unexplained_moves_at_most(reworded.rec, 0).passed
+    untyped = rearrangement(S6_S8, typed=False)  # today's text, but no typed decision: nothing reads the text
+    result = unexplained_moves_at_most(untyped.rec, 0)
+    assert not result.passed and result.detail.startswith("small at 13.0 s") and "rearrangement for" not in \
+        result.detail
 
 
 def test_a_rearrangement_for_a_flow_with_no_cause_is_unexplained():

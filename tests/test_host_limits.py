@@ -12,7 +12,8 @@ from sdn_app.core.agents import AgentFacts, AgentRegistry, NicFacts
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import NoCapacity
 from sdn_app.core.ledger import Ledger
-from sdn_app.core.reservations import Principal, ReservationBook, Role
+from sdn_app.core.reservation import Principal, Role
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from tests.switched import request
 from topologies import builtin_topology

@@ -28,8 +28,10 @@ from northbound.client import TsdnClient
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NoCapacity
 from sdn_app.core.ledger import Ledger
+from sdn_app.core.ledger_repair import repair_counts
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservations import Principal, Repair, ReservationBook, Role, State
+from sdn_app.core.reservation import Principal, Repair, Role, State
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.core.topology_schema import parse_topology_spec
 from topologies import builtin_topology
@@ -140,7 +142,7 @@ def test_a_shrunk_link_moves_the_reservation_to_a_route_that_fits(state, tmp_pat
     assert moved.reason.startswith("at start-up: link s1-s2 (s1:1->s2:2) has 10G, 50G booked on it from ")
     assert moved.reason.endswith(f"until released: moving to {LONG_WAY}")
     assert book.repairs == [Repair(booked.name, "capacity", "rerouted", moved.reason)]
-    assert book.ledger_repairs == {("capacity", "rerouted"): 1}
+    assert repair_counts(book.repairs) == {("capacity", "rerouted"): 1}
     [event] = book.take_events()
     assert (event.previous, event.reservation) == (State.ACTIVE, moved)
     assert_within_capacity(book)
@@ -189,7 +191,7 @@ def test_a_reservation_whose_path_has_nothing_left_fails_with_the_reason(state, 
     assert "link s1-s2 (s1:1->s2:2) has 10G, 60G booked on it" in failed.reason
     assert "its own has nothing left for it" in failed.reason
     assert book.get(RUCIO, older.name).state is State.ACTIVE
-    assert book.ledger_repairs == {("capacity", "failed"): 1}
+    assert repair_counts(book.repairs) == {("capacity", "failed"): 1}
     assert_within_capacity(book)
 
 
@@ -280,7 +282,7 @@ def test_a_removed_link_moves_its_reservations_or_fails_them(state, tmp_path):
     assert failed.state is State.FAILED and too_big.id not in book.ledger
     assert "has no link direction s2:1->s3:2" in failed.reason and "no other path fits" in failed.reason
     assert same(book.get(RUCIO, elsewhere.name), elsewhere)
-    assert book.ledger_repairs == {("link_removed", "rerouted"): 1, ("link_removed", "failed"): 1}
+    assert repair_counts(book.repairs) == {("link_removed", "rerouted"): 1, ("link_removed", "failed"): 1}
     assert book.ledger.stranded() == {}
     assert_within_capacity(book)
 

@@ -11,9 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdn_app.core.links import LinkChange, LinkMonitor, LinkState, Mismatch, changes_only
+from sdn_app.core.links import LinkChange, LinkMonitor, LinkState, Mismatch
 from sdn_app.core.topology import Topology
 from topologies import builtin_topology
+
+
+def changes_only(events: list) -> list[LinkChange]:
+    """The link changes among `events`."""
+    return [e for e in events if isinstance(e, LinkChange)]
 
 Port = tuple[int, int]  # (dpid, port)
 

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -31,7 +32,6 @@ from sdn_app.core.plans import (
     MeterSpec,
     Step,
     StepKind,
-    barrier_phases,
     burst_bits,
     is_tsdn_cookie,
     plan_for,
@@ -54,6 +54,22 @@ from tests.flowtable import (
     send,
 )
 from topologies import builtin_topology
+
+
+def barrier_phases(steps: Iterable[Step]) -> list[list[Step]]:
+    """`steps` split at their barriers: the groups a switch may apply in any order."""
+    phases: list[list[Step]] = [[]]
+    for step in steps:
+        if step.kind is StepKind.BARRIER:
+            phases.append([])
+        else:
+            phases[-1].append(step)
+    return [p for p in phases if p]
+
+
+def held_ids(ids: IdAllocator, switch: str, kind: str) -> set[int]:
+    """The `kind` ("meter" or "group") ids `ids` holds on `switch` (its ownership table)."""
+    return {value for (s, k, value) in ids._owner if s == switch and k == kind}
 
 G = 10**9
 T0 = FakeClock().now()
@@ -428,8 +444,8 @@ def test_move_is_make_before_break_in_any_order_the_barriers_allow(data: st.Data
         assert delivered(tables, a, b, [new_route.primary.links[-1]])[0] == b
     ids.retain(new)
     for switch in t.switches:
-        assert set(ids.in_use(switch, "meter")) == {m.meter_id for m in new.meters_on(switch)}
-        assert set(ids.in_use(switch, "group")) == {g.group_id for g in new.groups_on(switch)}
+        assert held_ids(ids, switch, "meter") == {m.meter_id for m in new.meters_on(switch)}
+        assert held_ids(ids, switch, "group") == {g.group_id for g in new.groups_on(switch)}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -634,7 +650,7 @@ def test_id_allocator_is_stable_probes_on_collision_and_runs_out() -> None:
     ids.release(rid(2))
     assert ids.meter_id("s1", rid(4), FORWARD) not in {ids.meter_id("s1", rid(1), FORWARD),
                                                       ids.meter_id("s1", rid(3), REVERSE)}
-    assert ids.in_use("s1", "meter").keys() == {1, 2, 3}
+    assert held_ids(ids, "s1", "meter") == {1, 2, 3}
 
 
 def test_id_allocator_retain_and_adopt() -> None:
@@ -643,10 +659,10 @@ def test_id_allocator_retain_and_adopt() -> None:
     r1, r2 = alternatives("ring8", "dtn1", "dtn4")[:2]
     old = plan_for(t, RID, "dtn1", "dtn4", Route(r1, r2), 10 * G, ids)
     new = plan_for(t, RID, "dtn1", "dtn4", Route(r2, r1), 10 * G, ids)
-    held = sum(len(ids.in_use(s, "group")) for s in t.switches)
+    held = sum(len(held_ids(ids, s, "group")) for s in t.switches)
     assert held == len(old.groups) + len(new.groups)  # no shared buckets: both plans' groups held
     ids.retain(new)
-    assert sum(len(ids.in_use(s, "group")) for s in t.switches) == len(new.groups)
+    assert sum(len(held_ids(ids, s, "group")) for s in t.switches) == len(new.groups)
     fresh = IdAllocator()
     fresh.adopt(new)
     assert plan_for(t, RID, "dtn1", "dtn4", Route(r2, r1), 10 * G, fresh) == new
@@ -676,7 +692,7 @@ def test_plan_for_rejects_what_it_cannot_plan() -> None:
 
 def test_plan_helpers_per_switch() -> None:
     plan = plan_for(topo("ring8"), RID, "dtn1", "dtn4", route("ring8", "dtn1", "dtn4", protect=True), 10 * G)
-    parts = plan.by_switch()
+    parts = {s: plan.for_switch(s) for s in plan.switches}
     assert tuple(parts) == plan.switches == tuple(sorted(f"s{i}" for i in range(1, 9)))
     assert sum(len(p.flows) for p in parts.values()) == len(plan.flows)
     assert parts["s1"].meters == plan.meters_on("s1") and len(parts["s1"].meters) == 1

@@ -1,4 +1,4 @@
-"""The provisioner (sdn_app.worker): OpenFlow changes applied in batches, in an order that keeps
+"""The provisioner (sdn_app.openflow.provisioner): OpenFlow changes applied in batches, in an order that keeps
 what depends on what, reconciliation jobs serialized with them, and the CoreWorker wiring a
 switch's connect to a reconciliation, against a fabric of simulated tables (tests/flowtable.py)."""
 
@@ -14,9 +14,11 @@ from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.plans import MeterSpec, Step, StepKind, SwitchPlan, reservation_cookie
 from sdn_app.core.reconcile import Reconciliation, reconcile
-from sdn_app.core.reservations import Change, Principal, ReservationBook, Role, State
+from sdn_app.core.reservation import Change, Principal, Role, State
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
-from sdn_app.worker import CoreWorker, Provisioner, Reconcile
+from sdn_app.openflow.provisioner import Provisioner, Reconcile, provisioned_worker
+from sdn_app.worker import CoreWorker
 from tests.flowtable import FlowTables, TableError, delivered
 from tests.switched import switched_ring8
 from tests.waiting import wait_for
@@ -149,7 +151,7 @@ def core(tmp_path):
     topology, clock, ledger, book = env.topology, env.clock, env.ledger, env.book
     fabric = TablesFabric(topology)
     fabric.connected = {"s1"}
-    worker = CoreWorker(book, fabric)
+    worker = provisioned_worker(book, fabric)
     worker.start()
     yield worker, fabric, clock
     worker.stop()
@@ -227,7 +229,7 @@ def test_after_a_restart_an_install_caught_midway_is_confirmed_once_its_switches
 
     ledger = Ledger(topology.capacities(), tmp_path / "t.db", clock)
     fabric = TablesFabric(topology)  # every switch connected, holding nothing
-    worker = CoreWorker(ReservationBook(topology, ledger, clock, provisioning=True), fabric)
+    worker = provisioned_worker(ReservationBook(topology, ledger, clock, provisioning=True), fabric)
     worker.start()
     try:
         wait_for(lambda: state(worker, caught) is State.ACTIVE, "the install to be confirmed by reconciliation")

@@ -8,7 +8,8 @@ import pytest
 from sdn_app.core.errors import FailedPrecondition
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.plans import StepKind
-from sdn_app.core.reservations import CONFIRMED, ReservationBook, State
+from sdn_app.core.reservation import State
+from sdn_app.core.reservations import CONFIRMED, ReservationBook
 from tests.flowtable import delivered
 from tests.switched import RUCIO, G, request, switched_ring8
 

@@ -8,7 +8,8 @@ import pytest
 
 from sdn_app.core.errors import InvalidArgument, NoCapacity
 from sdn_app.core.ledger import Ledger
-from sdn_app.core.reservations import PathChoice, ReservationBook, State
+from sdn_app.core.reservation import PathChoice, State
+from sdn_app.core.reservations import ReservationBook
 from tests.flowtable import delivered
 from tests.switched import RUCIO, G, active, confirm, request, switched_ring8
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from sdn_app.core import reservations as reservations_module
+from sdn_app.core import reservation_store
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import (
     AlreadyExists,
@@ -31,7 +31,8 @@ from sdn_app.core.errors import (
 )
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservations import LEDGER_ONLY, Event, Principal, Reservation, ReservationBook, Role, State
+from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
+from sdn_app.core.reservations import LEDGER_ONLY, ReservationBook
 from sdn_app.core.topology import Topology
 from topologies import builtin_topology
 
@@ -641,11 +642,11 @@ def test_list_page_size_default_and_ceiling(ring: Env, monkeypatch: pytest.Monke
         ring.book.create(RUCIO, ring.req(f"dtn{i + 1}", f"dtn{i + 2}", 1 * G))
         ring.clock.advance(1)
     assert len(ring.book.list(RUCIO, page_size=10**6)[0]) == 3
-    monkeypatch.setattr(reservations_module, "MAX_PAGE_SIZE", 2)
+    monkeypatch.setattr(reservation_store, "MAX_PAGE_SIZE", 2)
     page, token = ring.book.list(RUCIO, page_size=10**6)
     assert len(page) == 2 and token
-    monkeypatch.setattr(reservations_module, "MAX_PAGE_SIZE", 1000)
-    monkeypatch.setattr(reservations_module, "DEFAULT_PAGE_SIZE", 1)
+    monkeypatch.setattr(reservation_store, "MAX_PAGE_SIZE", 1000)
+    monkeypatch.setattr(reservation_store, "DEFAULT_PAGE_SIZE", 1)
     page, token = ring.book.list(RUCIO)
     assert len(page) == 1 and token
 

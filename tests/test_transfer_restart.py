@@ -175,8 +175,8 @@ def test_a_running_transfer_survives_a_controller_restart(start_controller, toke
         second = Controller(ControllerConfig(topology=builtin_topology("ring8"), listen_grpc=address,
                                              state=tmp_path / "tsdn.db", tokens=tokens, listen_openflow=None))
         advised: list[tuple[str, float]] = []  # what the new controller's advisor is told
-        observe = second.book.advisor.observe
-        second.book.advisor.observe = lambda rid, booked, achieved, *more: (advised.append((rid, achieved))
+        observe = second.book.rerouter.advisor.observe
+        second.book.rerouter.advisor.observe = lambda rid, booked, achieved, *more: (advised.append((rid, achieved))
                                                                             or observe(rid, booked, achieved, *more))
         second.start()
         try:

@@ -29,7 +29,8 @@ from sdn_app.core.errors import (
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.reports import RateReport
-from sdn_app.core.reservations import Principal, ReservationBook, Role, State
+from sdn_app.core.reservation import Principal, Role, State
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfer_store import CorruptRow
 from sdn_app.core.transfers import (

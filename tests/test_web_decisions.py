@@ -7,12 +7,16 @@ HTTP and in a real headless Chromium."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from northbound.client import TsdnClient
-from sdn_app.core.reservations import WIRE_OVERHEAD, Principal, Role
+from sdn_app.core.decisions import Kind
+from sdn_app.core.rerouting.policy import WIRE_OVERHEAD
+from sdn_app.core.reservation import Principal, Role
+from sdn_app.web.live import event_json, event_verb, reservation_json
 from sdn_app.web.metrics import ControllerMetrics
 from tests.browser import chromium
 from tests.switched import G, confirm, measured_loads
@@ -68,6 +72,8 @@ def test_the_map_marks_congestion_and_tells_why_a_reservation_moved(congested):
     mine = next(r for r in snap["reservations"] if r["id"] == rid)
     assert mine["switches"][:2] == ["s1", "s8"]
     assert mine["last_move"]["cause"] == "congestion"
+    assert mine["verdict"] == "moved" and mine["decision"]["kind"] == "moved"  # the typed decision of its last change
+    assert mine["last_move"]["links"] == mine["links"] and mine["links"][0] == "s8-s1"
     assert "congested: s2:1->s3:2 at 98% of 100G, 89.6G not the controller's" in mine["last_move"]["reason"]
 
     metrics = get(controller, "/metrics")[2].decode()
@@ -100,6 +106,32 @@ def test_metrics_count_a_rearrangement_as_one_decision_and_its_moves_by_cause(tm
     assert 'tsdn_reroute_decisions_total{verdict="moved"} 0.0' in text
 
 
+def test_metrics_and_the_map_read_the_typed_decision_never_the_reason(tmp_path):
+    env = mesh(tmp_path)
+    rearranged(env)
+    confirm(env)
+    confirm(env)
+    events = env.book.take_events()
+    reworded = [replace(e, reason="reworded: nothing here to parse") for e in events]
+    metrics = ControllerMetrics()
+    metrics.observe_events(reworded)
+    text = metrics.exposition().decode()
+    assert 'tsdn_reroutes_total{cause="rearrangement"} 1.0' in text
+    assert 'tsdn_reroutes_total{cause="congestion"} 1.0' in text
+    assert 'tsdn_reroute_decisions_total{verdict="rearranged"} 1.0' in text
+    assert [event_verb(e) for e in reworded] == [event_verb(e) for e in events]
+    announced = next(e for e in reworded if e.decision is not None and e.decision.kind is Kind.REARRANGED)
+    shown = reservation_json(announced.reservation, None, announced.decision)
+    assert shown["verdict"] == "rearranged" and shown["decision"]["displaced"]
+    assert event_json(announced)["decision"]["kind"] == "rearranged"
+    untyped = ControllerMetrics()  # today's reasons without their decisions: nothing is counted
+    untyped.observe_events([replace(e, decision=None) for e in events])
+    text = untyped.exposition().decode()
+    assert 'tsdn_reroutes_total{cause="rearrangement"} 0.0' in text
+    assert 'tsdn_reroute_decisions_total{verdict="rearranged"} 0.0' in text
+    assert reservation_json(announced.reservation)["verdict"] is None
+
+
 @pytest.fixture
 def browser():
     yield from chromium()
@@ -129,6 +161,7 @@ def test_the_page_shows_the_congested_link_its_load_and_the_reason_of_the_move(c
     entry = f'#legend li[data-reservation="{rid}"]'
     wait_for(lambda: attr(entry, "data-move-cause") == "congestion", "the reservation's last move on the page", 15,
              interval=0.2)
+    assert attr(entry, "data-verdict") == "moved"  # the typed decision, as the map's JSON carries it
     why = text(f"{entry} .why")
     assert "(congestion): congested: achieved 8G of 25G booked for 3 reports" in why
     assert "s2:1->s3:2 at 98% of 100G" in why

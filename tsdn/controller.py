@@ -15,17 +15,20 @@ from northbound.auth import is_loopback
 from northbound.loop import LoopThread
 from northbound.server import SERVICES, api_access, api_server, bind, host_port
 from northbound.streams import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_PRINCIPAL, StreamLimits, StreamSlots
-from sdn_app.core.advisor import RateAdvisor
 from sdn_app.core.agents import DEFAULT_HEARTBEAT_TIMEOUT, AgentRegistry
 from sdn_app.core.clock import Clock, SystemClock
-from sdn_app.core.congestion import ReroutePolicy
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
 from sdn_app.core.ledger import Ledger
+from sdn_app.core.ledger_repair import repair_counts
 from sdn_app.core.replication import Replica
-from sdn_app.core.reservations import DEFAULT_KEEP_ENDED, Principal, ReservationBook, Role, Sweeper
+from sdn_app.core.rerouting.advisor import RateAdvisor
+from sdn_app.core.rerouting.policy import ReroutePolicy
+from sdn_app.core.reservation import Principal, Role
+from sdn_app.core.reservations import DEFAULT_KEEP_ENDED, ReservationBook, Sweeper
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfers import TransferDesk
 from sdn_app.core.utilization import DirectionLoad
+from sdn_app.openflow.provisioner import provisioned_worker
 from sdn_app.worker import CoreWorker
 
 log = logging.getLogger(__name__)
@@ -140,7 +143,10 @@ class Controller:
         tickers: tuple = (self.agents, self.transfers, Sweeper(self.book))
         if self.fabric is not None:
             tickers += (LoadFeed(self.book, self.fabric.utilization),)
-        self.worker = CoreWorker(self.book, self.fabric, tickers=tickers)
+        if self.fabric is not None:  # the book's changes applied to the switches by a provisioner
+            self.worker = provisioned_worker(self.book, self.fabric, tickers=tickers)
+        else:
+            self.worker = CoreWorker(self.book, tickers=tickers)
         # --- live map and /metrics (sdn_app/web) ---
         self.web = None
         if config.listen_http is not None:
@@ -165,7 +171,7 @@ class Controller:
 
         host, port = host_port(address, "--listen-http")
         live = LiveMap(self.worker, self.topology, self.fabric, self.config.emulation_scale)
-        live.metrics.set_ledger_repairs(self.book.ledger_repairs)  # all made while loading, before this
+        live.metrics.set_ledger_repairs(repair_counts(self.book.repairs))  # all made while loading, before this
         try:
             web = WebServer(live, (host, port))
         except OSError as exc:

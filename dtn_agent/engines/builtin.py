@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import resource
 import socket
 import struct
 import threading
@@ -51,6 +50,7 @@ from dtn_agent.engines.builtin_protocol import (
     read_message,
     tcp_info,
 )
+from dtn_agent.engines.cpu import ThreadsCpu, percent
 from sdn_app.core.reports import Pinning, RateReport, StreamRate, TransferResult
 
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux asm-generic/socket.h
@@ -69,7 +69,10 @@ class TransferFailed(Exception):
 
 
 class _Meter:
-    """Per-stream byte counters, and a thread that turns them into a RateReport every interval."""
+    """Per-stream byte counters, and a thread that turns them into a RateReport every interval.
+
+    The CPU in the reports is that of the stream threads (`cpu.counting()`), the ones that move
+    the bytes: not the agent's other threads, nor its other transfers."""
 
     def __init__(self, transfer_id: str, streams: int, reports: ReportSink, pinning: Pinning,
                  interval: float, sending: bool) -> None:
@@ -80,15 +83,19 @@ class _Meter:
         self.reports = reports
         self.pinning = pinning
         self.interval = interval
+        self.cpu = ThreadsCpu()
         self.started = time.monotonic()
         self._cpu_started = self._cpu()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"tsdn-report-{transfer_id}", daemon=True)
 
+    def _cpu(self) -> float | None:
+        """CPU seconds the stream threads have used so far; None when unknown."""
+        return self.cpu.seconds()
+
     @staticmethod
-    def _cpu() -> float:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
+    def _spent(cpu: float | None, before: float | None) -> float | None:
+        return cpu - before if cpu is not None and before is not None else None
 
     def start(self) -> None:
         """Start the clock and the reporting thread."""
@@ -117,17 +124,17 @@ class _Meter:
             kernel = self._kernel_counts(infos)
             rates = ([(k - p) for k, p in zip(kernel, previous_kernel, strict=True)]
                      if kernel is not None and previous_kernel is not None else None)
-            self.reports(self._report(last, now, previous, counts, cpu - last_cpu, final=False, infos=infos,
+            self.reports(self._report(last, now, previous, counts, self._spent(cpu, last_cpu), final=False, infos=infos,
                                       moved=rates))
             previous, last, last_cpu, previous_kernel = counts, now, cpu, kernel
             deadline += self.interval
             if deadline < now:  # fell behind (a stalled machine): skip the missed intervals
                 deadline = now + self.interval
 
-    def _report(self, start: float, end: float, previous: list[int], counts: list[int], cpu: float,
+    def _report(self, start: float, end: float, previous: list[int], counts: list[int], cpu: float | None,
                 final: bool, infos: list[TcpInfo] | None = None, moved: list[int] | None = None) -> RateReport:
         """The report of start..end; `moved`: bytes per stream in it as the kernel counted them
-        (default: the engine's own counters)."""
+        (default: the engine's own counters); `cpu`: CPU seconds the stream threads used in it (None: unknown)."""
         span = max(end - start, 1e-9)
         infos = infos if infos is not None else self._infos()
         moved = moved if moved is not None else [c - p for c, p in zip(counts, previous, strict=True)]
@@ -143,7 +150,7 @@ class _Meter:
             bits_per_second=sum(moved) * 8 / span, bytes_total=sum(counts),
             streams=tuple(rates), retransmits=sum(known_retrans) if known_retrans else None,
             rtt_ms=sum(known_rtt) / len(known_rtt) if known_rtt else None,
-            cpu_percent=round(cpu / span * 100, 1), pinning=self.pinning, final=final)
+            cpu_percent=percent(cpu, end - start), pinning=self.pinning, final=final)
 
     def finish(self) -> RateReport:
         """Stop reporting and return the summary over the whole transfer."""
@@ -152,7 +159,7 @@ class _Meter:
             self._thread.join()
         end = time.monotonic()
         summary = self._report(self.started, end, [0] * len(self.counts), list(self.counts),
-                               self._cpu() - self._cpu_started, final=True)
+                               self._spent(self._cpu(), self._cpu_started), final=True)
         self.reports(summary)
         return summary
 
@@ -471,8 +478,9 @@ class BuiltinEngine:
             sock = sockets[index]
             assert sock is not None
             try:
-                _pin(job)
-                (file_stream if files else memory_stream)(index, sock)
+                with meter.cpu.counting():
+                    _pin(job)
+                    (file_stream if files else memory_stream)(index, sock)
             except (OSError, TransferFailed) as error:
                 with lock:
                     errors.append(f"stream {index}: {error}")
@@ -645,11 +653,12 @@ class BuiltinEngine:
         def run(index: int, sock: socket.socket) -> None:
             errors = stream_errors[index]
             try:
-                _pin(job)
-                if header.mode == "files":
-                    file_stream(index, sock, errors)
-                else:
-                    memory_stream(index, sock)
+                with meter.cpu.counting():
+                    _pin(job)
+                    if header.mode == "files":
+                        file_stream(index, sock, errors)
+                    else:
+                        memory_stream(index, sock)
             except (OSError, ProtocolError) as error:
                 errors.append(f"stream {index}: {error}")
                 with contextlib.suppress(OSError):

@@ -50,6 +50,11 @@ Number rule (parse_number), chosen for that format and for hand-made logs:
   other is a thousands separator;
 - one kind appearing more than once ("1,234,567", "1.234.567"): thousands separators;
 - spaces, no-break spaces and apostrophes between digits ("1 234,5", "1'234.5") are grouping.
+
+FDT prints no CPU figure. The driver measures it (`cpu_percent`, percent of one core): each
+report carries what java (and anything it started) used since the previous report, read from
+/proc (`dtn_agent.engines.cpu`); the first one also counts the JVM starting up. The final report
+carries its use over the whole run. Parsed output alone (`parse_output`) says None: unknown.
 """
 
 from __future__ import annotations
@@ -63,11 +68,12 @@ import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dtn_agent.engines import EngineUnavailable, ReadyCallback, ReportSink, TransferJob
+from dtn_agent.engines.cpu import ProcessCpu
 from dtn_agent.engines.process import announce_when_listening, free_port, stream_process
 from dtn_agent.pinning import PinnedCommand, PinningPlan, wrap_command
 from sdn_app.core.reports import Pinning, RateReport, TransferResult
@@ -558,18 +564,20 @@ class FdtDriver:
         """
         pinned = pinned_command(argv, plan)
         parser = FdtParser(transfer_id, pinned.pinning, self.report_period)
+        cpu = ProcessCpu()
 
         def on_line(line: str) -> None:
             report = parser.feed_line(line)
             if report is not None:
-                reports(report)
+                reports(replace(report, cpu_percent=cpu.interval()))
 
         try:
             try:
-                outcome = stream_process(pinned.argv, on_line, cancel, timeout, pinned.preexec_fn, merge_stderr=True)
+                outcome = stream_process(pinned.argv, on_line, cancel, timeout, pinned.preexec_fn, merge_stderr=True,
+                                         cpu=cpu)
             finally:
                 remove_session_logs(parser.sessions)
-            final = parser.finish()
+            final = replace(parser.finish(), cpu_percent=cpu.overall())
         except FileNotFoundError as exc:
             return TransferResult(_empty(transfer_id, pinned.pinning), ok=False, error=f"cannot start FDT: {exc}")
         except FdtError as exc:

@@ -8,21 +8,29 @@ Both go through one accumulator, so a transfer yields the same reports either wa
 interval (omitted warm-up intervals are skipped) and a final one from `end`.
 
 Child processes run through `dtn_agent.engines.process` (shared with the FDT and perftest drivers).
+
+CPU (`cpu_percent`, percent of one core): the final report carries iperf3's own figure for its
+process (`end.cpu_utilization_percent.host_total`); each `--json-stream` interval carries what
+the iperf3 process used in it, read from /proc (`dtn_agent.engines.cpu`). With `--json` the
+intervals arrive only once iperf3 has ended, and say None: unknown, iperf3 gives no CPU figure
+per interval.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dtn_agent.engines import TransferJob
+from dtn_agent.engines.cpu import ProcessCpu
 from dtn_agent.engines.process import (
     announce_when_listening,
     free_port,
@@ -151,7 +159,7 @@ class Iperf3Accumulator:
                 )
             )
         streams.sort(key=lambda st: st.stream)
-        cpu = (end.get("cpu_utilization_percent") or {}).get("host_total")
+        cpu = _cpu_percent(end.get("cpu_utilization_percent"))
         retransmits = sent.get("retransmits")
         self.final = RateReport(
             transfer_id=self.transfer_id,
@@ -163,11 +171,28 @@ class Iperf3Accumulator:
             streams=tuple(streams),
             retransmits=int(retransmits) if retransmits is not None else None,
             rtt_ms=sum(rtts) / len(rtts) if rtts else None,
-            cpu_percent=float(cpu) if cpu is not None else None,
+            cpu_percent=cpu,
             pinning=self.pinning,
             final=True,
         )
         return self.final
+
+
+def _cpu_percent(utilization: object) -> float | None:
+    """iperf3's CPU figure for its own process (`host_total`, percent of one core), None when it
+    gives none or one that is not a number of percent."""
+    value = utilization.get("host_total") if isinstance(utilization, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def _measured(report: RateReport, cpu: ProcessCpu) -> RateReport:
+    """`report` with the CPU iperf3 used: in an interval, as read since the last one; in the final
+    report iperf3's own figure, else what it used over its whole run."""
+    if report.final:
+        return report if report.cpu_percent is not None else replace(report, cpu_percent=cpu.overall())
+    return replace(report, cpu_percent=cpu.interval())
 
 
 def _load(text: str) -> Any:
@@ -415,10 +440,12 @@ class Iperf3Driver:
         parser = Iperf3StreamParser(job.transfer_id, pinned.pinning)
         collected: list[str] = []
         sent: list[RateReport] = []
+        cpu = ProcessCpu()
 
         def on_line(line: str) -> None:
             if stream:
                 for rep in parser.feed_line(line):
+                    rep = _measured(rep, cpu)
                     sent.append(rep)
                     reports(rep)
             else:
@@ -426,7 +453,7 @@ class Iperf3Driver:
 
         error = ""
         try:
-            outcome = stream_process(pinned.argv, on_line, cancel, limit, pinned.preexec_fn)
+            outcome = stream_process(pinned.argv, on_line, cancel, limit, pinned.preexec_fn, cpu=cpu)
         except FileNotFoundError:
             return self._failed(job, pinned.pinning, f"iperf3 not found ({self.binary!r}): install the iperf3 package")
         except Iperf3Error as exc:
@@ -435,13 +462,14 @@ class Iperf3Driver:
             return self._failed(job, pinned.pinning, "cancelled", sent)
         if outcome.timed_out:
             return self._failed(job, pinned.pinning, f"iperf3 did not finish within {limit or 0:g} s: killed", sent)
-        final = parser.final
+        final = sent[-1] if sent and sent[-1].final else None
         if not stream:
             try:
                 all_reports = parse_json("".join(collected), job.transfer_id, pinned.pinning)
             except Iperf3Error as exc:
                 stderr = outcome.stderr.strip()
                 return self._failed(job, pinned.pinning, f"{exc}{f' (stderr: {stderr[:300]!r})' if stderr else ''}")
+            all_reports[-1] = _measured(all_reports[-1], cpu)
             for rep in all_reports:
                 reports(rep)
             final = all_reports[-1]
@@ -521,9 +549,11 @@ class Iperf3Engine:
         plan = job.plan()
         pinned = wrap_command(argv, plan, localalloc=True) if plan else PinnedCommand(argv, Pinning(note="not pinned"))
         collected: list[str] = []
+        cpu = ProcessCpu()
         try:
             with announce_when_listening(job.host, port, ready):
-                outcome = stream_process(pinned.argv, collected.append, job.cancel, self.timeout, pinned.preexec_fn)
+                outcome = stream_process(pinned.argv, collected.append, job.cancel, self.timeout, pinned.preexec_fn,
+                                         cpu=cpu)
         except FileNotFoundError:
             return self.driver._failed(_as_job(job), pinned.pinning, f"iperf3 not found ({self.binary!r})")
         if outcome.cancelled:
@@ -536,6 +566,7 @@ class Iperf3Engine:
             all_reports = parse_json("".join(collected), job.transfer_id, pinned.pinning)
         except Iperf3Error as exc:
             return self.driver._failed(_as_job(job), pinned.pinning, str(exc))
+        all_reports[-1] = _measured(all_reports[-1], cpu)
         for rep in all_reports:
             reports(rep)
         error = "" if outcome.returncode == 0 else f"iperf3 server exited with status {outcome.returncode}"

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from dtn_agent.engines.cpu import ProcessCpu
+
 
 class Cancel(Protocol):
     """What stream_process polls to know it should stop: a threading.Event, or anything with is_set()."""
@@ -25,17 +27,6 @@ class Cancel(Protocol):
     def is_set(self) -> bool:
         """Whether the process should be stopped now."""
         ...
-
-
-class AnyOf:
-    """A Cancel that is set as soon as one of its events is (None entries are ignored)."""
-
-    def __init__(self, *events: Cancel | None) -> None:
-        self.events = tuple(e for e in events if e is not None)
-
-    def is_set(self) -> bool:
-        """Whether any of the events is set."""
-        return any(e.is_set() for e in self.events)
 
 
 @dataclass
@@ -71,6 +62,7 @@ def stream_process(
     preexec_fn: Callable[[], None] | None = None,
     env: dict[str, str] | None = None,
     merge_stderr: bool = False,
+    cpu: ProcessCpu | None = None,
 ) -> ProcessOutcome:
     """Run `argv`, calling `on_line` (in this thread) for each stdout line as it arrives.
 
@@ -78,7 +70,8 @@ def stream_process(
     outcome's `stderr` is empty). Bytes the locale's encoding cannot decode arrive as U+FFFD. The
     process gets its own process group; on `cancel` or after `timeout` seconds the whole group is
     terminated (SIGTERM, then SIGKILL). A missing binary raises FileNotFoundError naming it. An
-    exception from `on_line` kills the process and propagates.
+    exception from `on_line` kills the process and propagates. `cpu` is attached to the process as
+    it starts, and, when it ends by itself, takes its last sample before the process is reaped.
     """
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -93,6 +86,8 @@ def stream_process(
         preexec_fn=preexec_fn,
         env=env,
     )
+    if cpu is not None:
+        cpu.attach(proc.pid)
     lines: queue.Queue[str | None] = queue.Queue()
     err_tail: deque[str] = deque(maxlen=200)
 
@@ -134,13 +129,30 @@ def stream_process(
     if cancelled or timed_out:
         kill_group(proc)
     else:
+        patience = time.monotonic() + 10.0
+        if cpu is not None and _exited(proc, 10.0):
+            cpu.finish()  # the process is a zombie: /proc still has what it used
         try:
-            proc.wait(timeout=10.0)
+            proc.wait(timeout=max(0.0, patience - time.monotonic()))
         except subprocess.TimeoutExpired:
             kill_group(proc)
     for t in readers:
         t.join(timeout=2.0)
     return ProcessOutcome(proc.returncode, "".join(err_tail), cancelled, timed_out, time.monotonic() - started)
+
+
+def _exited(proc: subprocess.Popen[Any], timeout: float) -> bool:
+    """Wait up to `timeout` seconds for `proc` to exit, without reaping it; whether it did."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None:
+                return True
+        except ChildProcessError:  # already reaped
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)  # the poll of a process that closed its output and is about to exit
 
 
 def listening(port: int) -> bool:

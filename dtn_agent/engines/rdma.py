@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dtn_agent.engines import EngineUnavailable, ReadyCallback, ReportSink, TransferJob
+from dtn_agent.engines.cpu import ProcessCpu
 from dtn_agent.engines.process import announce_when_listening, free_port, stream_process
 from dtn_agent.pinning import PinnedCommand, PinningPlan, wrap_command
 from sdn_app.core.reports import Pinning, RateReport, StreamRate, TransferResult
@@ -284,15 +285,16 @@ class RdmaDriver:
             pinned = wrap_command(argv, plan) if plan else PinnedCommand(argv, Pinning(note="not pinned"))
             per_qp = job.iterations is not None
             parser = PerftestTextParser(job.transfer_id, job.qps, pinned.pinning, per_qp)
+            cpu = ProcessCpu()  # perftest prints no CPU figure: what /proc says ib_write_bw used
 
             def on_line(line: str) -> None:
                 rep = parser.feed_line(line)
                 if rep is not None:
-                    reports(rep)
+                    reports(replace(rep, cpu_percent=cpu.interval()))
 
             limit = timeout if timeout is not None else (job.duration + 60.0 if job.iterations is None else None)
             try:
-                outcome = stream_process(pinned.argv, on_line, cancel, limit, pinned.preexec_fn)
+                outcome = stream_process(pinned.argv, on_line, cancel, limit, pinned.preexec_fn, cpu=cpu)
             except FileNotFoundError:
                 return TransferResult(empty, ok=False, error=f"{self.binary} not found: install the perftest package")
             if outcome.cancelled:
@@ -311,6 +313,7 @@ class RdmaDriver:
             except RdmaError as exc:
                 stderr = outcome.stderr.strip()[-300:]
                 return TransferResult(empty, ok=False, error=f"{exc}{f' (stderr: {stderr!r})' if stderr else ''}")
+        final = replace(final, cpu_percent=cpu.overall())
         reports(final)
         if outcome.returncode != 0:
             return TransferResult(final, ok=False, error=f"ib_write_bw exited with status {outcome.returncode}")

@@ -27,7 +27,7 @@ from typing import Any
 from sdn_app.core.clock import Clock
 from sdn_app.core.errors import InvalidArgument, NotFound, PermissionDenied
 from sdn_app.core.ledger import Ledger
-from sdn_app.core.reservations import HostLimit, Principal, Role
+from sdn_app.core.reservation import HostLimit, Principal, Role
 from sdn_app.core.topology import Topology
 
 DEFAULT_HEARTBEAT_TIMEOUT = 15.0

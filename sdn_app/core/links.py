@@ -36,7 +36,7 @@ from __future__ import annotations
 import enum
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sdn_app.core.topology import Topology
@@ -450,8 +450,3 @@ class LinkMonitor:
         mismatch = Mismatch(at, expected, observed, message, now, now)
         self._observed[key] = _Observed(mismatch, expires)
         return [mismatch]
-
-
-def changes_only(events: Iterable[Event]) -> list[LinkChange]:
-    """The link changes among `events`."""
-    return [e for e in events if isinstance(e, LinkChange)]

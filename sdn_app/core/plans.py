@@ -95,7 +95,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -350,10 +350,6 @@ class FlowPlan:
         """Flows, meters and groups on `switch`."""
         return SwitchPlan(self.flows_on(switch), self.meters_on(switch), self.groups_on(switch))
 
-    def by_switch(self) -> dict[str, SwitchPlan]:
-        """Switch name -> its part of the plan, for every switch touched."""
-        return {s: self.for_switch(s) for s in self.switches}
-
     def describe(self) -> str:
         """One line per spec, for logs and test failures."""
         specs: list[Spec] = [*self.meters, *self.groups, *self.flows]
@@ -446,10 +442,6 @@ class IdAllocator:
                 raise ValueError(f"{kind} {value} on {switch}: already held by {owner or held}")
         for switch, kind, value, key in wanted:
             self._claim(switch, kind, value, plan.reservation_id, key)
-
-    def in_use(self, switch: str, kind: str) -> dict[int, str]:
-        """Id -> owning reservation, for `kind` ("meter" or "group") on `switch`."""
-        return {v: owner for (s, k, v), (owner, _) in sorted(self._owner.items()) if s == switch and k == kind}
 
 
 # --- plans -----------------------------------------------------------------------------------
@@ -663,14 +655,3 @@ def plan_steps(old: FlowPlan | None, new: FlowPlan | None) -> list[Step]:
             steps.extend(phase)
             steps.append(Step(StepKind.BARRIER, tuple(sorted({s.switch for s in phase}))))
     return steps
-
-
-def barrier_phases(steps: Iterable[Step]) -> list[list[Step]]:
-    """Split `steps` at their barriers: the groups a switch may apply in any order."""
-    phases: list[list[Step]] = [[]]
-    for step in steps:
-        if step.kind is StepKind.BARRIER:
-            phases.append([])
-        else:
-            phases[-1].append(step)
-    return [p for p in phases if p]

@@ -131,19 +131,6 @@ class StateLock:
             os.close(fd)
 
 
-def read_holder(state: str | Path) -> Holder | None:
-    """Who the lock file of `state` names (the last holder when nobody holds it now); None if
-    there is no lock file or it names nobody."""
-    try:
-        fd = os.open(lock_path(state), os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return _read_holder(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_holder(fd: int, holder: Holder) -> None:
     data = json.dumps({"pid": holder.pid, "host": holder.host, "started": holder.started}).encode() + b"\n"
     os.ftruncate(fd, 0)

@@ -50,14 +50,15 @@ from typing import Any
 
 from sdn_app.core import transfer_store as store
 from sdn_app.core import validation
-from sdn_app.core.advisor import Health
 from sdn_app.core.agents import Agent, AgentRegistry, AgentState
 from sdn_app.core.clock import Clock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from sdn_app.core.ledger import AlsoWrite
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.reports import ENGINES, Pinning, RateReport, StreamRate
-from sdn_app.core.reservations import Event, Principal, Reservation, ReservationBook, Role, State
+from sdn_app.core.rerouting.advisor import Health
+from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
+from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.units import format_bandwidth
 
 START_TIMEOUT = 30.0  # seconds for the path to be installed, and again for the receiver to listen

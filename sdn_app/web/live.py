@@ -7,7 +7,9 @@ reservation events), and the switches only through the fabric's thread-safe snap
 
 Congestion is the core's own verdict (`ReservationBook.conditions`, read through the worker
 with the snapshot): each congested link direction is marked with its measured load and the part
-that is not the controller's; each reservation carries the reason of its last move.
+that is not the controller's; each reservation carries the reason of its last move, and the
+typed decision of its last change (`core.decisions`: the verdict shown is the record's, never
+read from the reason text).
 
 Threads: one follows the reservation events, one ticks every `interval` seconds (loads, link
 states, throughput history, metrics). Each page's server-sent-events stream is a queue fed by
@@ -26,9 +28,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from sdn_app.core.congestion import Condition
-from sdn_app.core.decisions import verdict
-from sdn_app.core.reservations import Event, Principal, Reservation, Role, State
+from sdn_app.core.decisions import Decision, to_dict
+from sdn_app.core.rerouting.congestion import Condition
+from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
 from sdn_app.core.topology import Topology
 from sdn_app.core.units import format_bandwidth
 from sdn_app.core.utilization import DirectionLoad, UtilizationMeter, aggregate_bps
@@ -57,13 +59,16 @@ def load_json(load: DirectionLoad) -> dict[str, Any]:
             "fraction": _ratio(load.fraction)}
 
 
-def reservation_json(r: Reservation, last_move: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A live reservation for the page; `last_move`: when, why and the reason of its last move."""
+def reservation_json(r: Reservation, last_move: dict[str, Any] | None = None,
+                     decision: Decision | None = None) -> dict[str, Any]:
+    """A live reservation for the page; `last_move`: when, why and the reason of its last move;
+    `decision`: the typed decision of its last change (its `verdict` is shown)."""
     primary = r.route.primary if r.route is not None else None
     backup = r.route.backup if r.route is not None else None
     return {"id": r.id, "name": r.name, "owner": r.owner, "src": r.request.src, "dst": r.request.dst,
             "bandwidth_bps": r.request.bandwidth, "bandwidth": format_bandwidth(r.request.bandwidth),
-            "state": r.state.value, "reason": r.reason, "verdict": verdict(r.reason),
+            "state": r.state.value, "reason": r.reason, "verdict": decision.verdict if decision else None,
+            "decision": to_dict(decision) if decision else None,
             "switches": list(primary.switches) if primary else [], "links": list(primary.links) if primary else [],
             "backup_links": list(backup.links) if backup else [], "labels": dict(r.labels), "last_move": last_move}
 
@@ -93,12 +98,20 @@ def event_verb(event: Event) -> str:
     return state.value.lower()
 
 
+def last_decisions(book: Any, reservations: list[Reservation]) -> dict[str, Decision]:
+    """The typed decision of each reservation's last change (on the core's thread)."""
+    return {r.id: decision for r in reservations if (decision := book.last_decision(r.id)) is not None}
+
+
 def event_json(event: Event) -> dict[str, Any]:
     r = event.reservation
     verb = event_verb(event)
+    decision = event.decision
     return {"kind": "reservation", "time": event.time, "sequence": event.sequence, "verb": verb,
             "id": r.id, "src": r.request.src, "dst": r.request.dst, "state": r.state.value,
             "previous": event.previous.value if event.previous else None, "reason": event.reason,
+            "decision": to_dict(decision) if decision else None,
+            "links": list(r.route.primary.links) if r.route is not None else [],
             "text": f"{r.request.src}\u2192{r.request.dst} {format_bandwidth(r.request.bandwidth)} {verb}"
                     + (f": {event.reason}" if event.reason else "")}
 
@@ -199,13 +212,15 @@ class LiveMap:
         data = event_json(event)
         r = event.reservation
         cause = reroute_cause(event)
+        decision = event.decision
         with self._lock:
             self._events.append(data)
             if r.state.is_final:
                 self._last_moves.pop(r.id, None)
             elif cause is not None:
-                self._last_moves[r.id] = {"time": event.time, "cause": cause, "reason": event.reason}
-            shown = reservation_json(r, self._last_moves.get(r.id))
+                self._last_moves[r.id] = {"time": event.time, "cause": cause, "reason": event.reason,
+                                          "links": list(r.route.primary.links) if r.route is not None else []}
+            shown = reservation_json(r, self._last_moves.get(r.id), decision)
             if r.state.is_final:
                 self._reservations.pop(r.id, None)
             else:
@@ -222,13 +237,18 @@ class LiveMap:
                 log.exception("live map tick failed")
             self._stop.wait(self.interval)
 
-    def _core_view(self) -> tuple[list[Reservation], frozenset[str], dict[str, int], list[Condition]] | None:
+    def _core_view(self) -> tuple[list[Reservation], frozenset[str], dict[str, int], list[Condition],
+                                  dict[str, Decision]] | None:
         if not getattr(self.worker, "running", True):
             return None
         book = self.worker.book
+
+        def view() -> tuple[list[Reservation], frozenset[str], dict[str, int], list[Condition], dict[str, Decision]]:
+            live = book.snapshot(VIEWER)
+            return live, book.down_links(), dict(book.refusals), book.conditions(), last_decisions(book, live)
+
         try:
-            return self.worker.call(lambda: (book.snapshot(VIEWER), book.down_links(), dict(book.refusals),
-                                             book.conditions()), timeout=5.0)
+            return self.worker.call(view, timeout=5.0)
         except Exception as why:  # shutting down, or the core is busy: try again next tick
             log.debug("live map: no core snapshot this tick: %s", why)
             return None
@@ -279,7 +299,8 @@ class LiveMap:
             self._conditions = conditions
             self._congested = congested
             if core is not None:
-                self._reservations = {r.id: reservation_json(r, self._last_moves.get(r.id)) for r in core[0]}
+                self._reservations = {r.id: reservation_json(r, self._last_moves.get(r.id), core[4].get(r.id))
+                                      for r in core[0]}
             reserved = sum(r["bandwidth_bps"] for r in self._reservations.values()
                            if r["state"] in ("ACTIVE", "MOVING", "DEGRADED"))
             point = {"time": now, "measured_bps": round(measured, 1), "reserved_bps": reserved}

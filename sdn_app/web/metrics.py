@@ -11,8 +11,9 @@ Families (all prefixed `tsdn_`):
   failed_precondition).
 - `reroutes_total{cause}`: reservations moved to another route (link, congestion, rearrangement:
   moved to make room for a congested one, other).
-- `reroute_decisions_total{verdict}`: decisions of rate-driven rerouting, from the reasons of the
-  reservation events (`core.decisions.verdict`): moved, rearranged, and not moved because the
+- `reroute_decisions_total{verdict}`: decisions of rate-driven rerouting, from the typed decision
+  of the reservation events (`core.decisions.Decision.verdict`, never their reason text): moved,
+  rearranged, and not moved because the
   hosts are the limit (hosts), held down (held), the move budget is spent (budget), no path has
   measured headroom (no_room), the path is not measured (unmeasured), or the congestion is on a
   DTN's access link (access).
@@ -35,11 +36,11 @@ from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sdn_app.core import decisions
-from sdn_app.core.congestion import Condition
-from sdn_app.core.reservations import Event, State
+from sdn_app.core.rerouting.congestion import Condition
+from sdn_app.core.reservation import Event, State
 from sdn_app.core.utilization import DirectionLoad
 
-__all__ = ["CONTENT_TYPE", "ControllerMetrics", "reroute_cause"]
+__all__ = ["CONTENT_TYPE", "ControllerMetrics", "reroute_cause", "verdict"]
 
 SETUP_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0)
 # (cause, action) of the load-time repairs that can happen, shown at 0 until they do
@@ -49,11 +50,20 @@ LEDGER_REPAIRS = (("capacity", "rerouted"), ("capacity", "degraded"), ("capacity
 
 def reroute_cause(event: Event) -> str | None:
     """Why `event` moved its reservation to another route (`core.decisions.CAUSES`), or None
-    when it is no move: the book's moves say `...: moving to <path>` (MOVING with switches,
-    the same state on a ledger-only controller); the confirmation after is not counted again."""
+    when it is no move: the cause of its typed decision (MOVING with switches, the same state on
+    a ledger-only controller); the confirmation after is no decision and not counted again."""
     if event.previous is None:
         return None
-    return decisions.reroute_cause(event.reason)
+    decision = event.decision
+    return decision.cause if decision is not None else None
+
+
+def verdict(event: Event) -> str | None:
+    """The rate-driven rerouting verdict of `event`'s typed decision (`core.decisions.VERDICTS`), or None."""
+    if event.previous is None:
+        return None
+    decision = event.decision
+    return decision.verdict if decision is not None else None
 
 
 class ControllerMetrics:
@@ -113,7 +123,7 @@ class ControllerMetrics:
             cause = reroute_cause(event)
             if cause is not None:
                 self.reroutes.labels(cause).inc()
-            if event.previous is not None and (kind := decisions.verdict(event.reason)) is not None:
+            if (kind := verdict(event)) is not None:
                 self.decisions.labels(kind).inc()
             if event.reservation.state is State.ACTIVE and event.previous is State.PROVISIONING:
                 self.setup.observe(max(0.0, event.time - event.reservation.created))

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from northbound.auth import MAX_TOKENS, MAX_TOKENS_FILE_BYTES
-from sdn_app.core.congestion import ReroutePolicy
+from sdn_app.core.rerouting.policy import ReroutePolicy
 from sdn_app.core.topology_schema import MAX_DTNS, MAX_LINKS, MAX_SWITCHES, MAX_TOPOLOGY_BYTES
 
 DEFAULT_HTTP = "127.0.0.1:8080"  # the live map; busy (another controller on this host): a warning

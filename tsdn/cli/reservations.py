@@ -146,6 +146,20 @@ def _route(path) -> str:
     return " > ".join(path.route) if path.route else "-"
 
 
+def _decision_tag(message) -> str:
+    """`[moved] `, `[not moved: held] `, ... from a message's typed decision ("" when it has none)."""
+    if not message.HasField("decision"):
+        return ""
+    from northbound.convert import decision_in
+
+    decision = decision_in(message.decision)
+    if decision is None:
+        return ""
+    if decision.why is not None:
+        return f"[not moved: {decision.why.value}] "
+    return f"[{decision.kind.value.replace('_', ' ')}] "
+
+
 def _print_reservation(r, args: argparse.Namespace) -> None:
     if args.json:
         print_json(_as_dict(r))
@@ -167,7 +181,7 @@ def _print_reservation(r, args: argparse.Namespace) -> None:
         print("  history:")
         for entry in r.history:
             print(f"    {format_time(_epoch(entry.time))}  {pb.ReservationState.Name(entry.state):<12} "
-                  f"{entry.reason or '-'}")
+                  f"{_decision_tag(entry)}{entry.reason or '-'}")
 
 
 def run_request(args: argparse.Namespace, client) -> int:
@@ -278,7 +292,8 @@ def run_watch(args: argparse.Namespace, client) -> int:
         before = pb.ReservationState.Name(event.previous_state) if event.previous_state else "new"
         when = format_time(_epoch(event.time)) if event.HasField("time") else "now"
         print(f"{when}  {r.id}  {before} -> {pb.ReservationState.Name(event.state)}  "
-              f"{r.source_dtn} -> {r.destination_dtn} {format_bandwidth(r.bandwidth_bps)}  {event.reason}",
+              f"{r.source_dtn} -> {r.destination_dtn} {format_bandwidth(r.bandwidth_bps)}  "
+              f"{_decision_tag(event)}{event.reason}",
               flush=True)
     print("tsdn: the controller ended the watch", file=sys.stderr)
     return EXIT_UNAVAILABLE

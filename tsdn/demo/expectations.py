@@ -12,7 +12,8 @@
 - `unexplained_moves_at_most`: at most N moves without a network cause. A move is explained
   when, at its time, its old path crossed a link with an active cause (failed, or with a
   congested direction either way: TCP's acknowledgements use the reverse), or when the
-  controller announced it as a rearrangement for another flow whose own path then crossed one.
+  controller announced it as a rearrangement for another flow whose own path then crossed one
+  (the reroute's typed decision names the flow it relieves; no reason text is read).
 - `never_onto_congested`: no move onto a path crossing a link that was failed or congested
   then.
 - `reacted_within`: after each fail_link, every flow whose path crossed the link has moved off
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,7 +43,6 @@ RESUMED_SHARE = 0.5  # a transfer has resumed once it carries this share of its 
 REPORT_INTERVAL = 1.0  # seconds one rate report covers
 GRACE = 2.0  # seconds a cause stays active after its clear or restore (decisions in flight)
 UNDERPERFORMING = 0.8  # a transfer under this share of its booking is held back by congestion
-REARRANGEMENT = re.compile(r"rearrangement for (?:reservations/)?([0-9A-Za-z]+)")
 
 
 @dataclass(frozen=True)
@@ -229,8 +228,10 @@ def moves(recording: Recording) -> list[Move]:
             continue
         d = event.details
         relieves = d.get("relieves", "")
-        if not relieves and (match := REARRANGEMENT.search(str(d.get("reason", "")))):
-            relieves = names.get(match.group(1), f"reservations/{match.group(1)}")
+        decision = d.get("decision") or {}
+        if not relieves and decision.get("relieves"):  # the typed decision of a displacement
+            relieved = str(decision["relieves"])
+            relieves = names.get(relieved.removeprefix("reservations/"), relieved)
         found.append(Move(event.time, str(d.get("flow", "")), tuple(d.get("old") or ()), tuple(d.get("new") or ()),
                           relieves))
     return found

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sdn_app.core import decisions
 from sdn_app.core.units import format_bandwidth
 from tsdn.demo.console import flow_rows
 from tsdn.demo.expectations import Result
@@ -66,8 +65,9 @@ def congestion_windows(recording: Recording) -> list[tuple[str, float, float]]:
 
 
 def reroute_rows(recording: Recording) -> list[tuple[str, ...]]:
-    """Per reroute: when, which flow, from and to, its cause, the links of its old path that the
-    timeline had congested or cut then, and the controller's reason (the evidence)."""
+    """Per reroute: when, which flow, from and to, its cause (from the typed decision, never the
+    reason text), the links of its old path that the timeline had congested or cut then, and the
+    controller's reason (the evidence)."""
     windows = congestion_windows(recording)
     cut: dict[str, float] = {}  # link -> failed since
     rows = []
@@ -81,18 +81,23 @@ def reroute_rows(recording: Recording) -> list[tuple[str, ...]]:
             continue
         d = event.details
         old = list(d.get("old") or ())
-        hops = {frozenset(pair) for pair in itertools.pairwise(old)}
-        on_old = {label for label, ends in recording.links.items() if frozenset(ends) in hops}
-        # Between two switches joined by parallel links the path alone does not say which it took.
-        parallel = {label for label in on_old
-                    if sum(1 for ends in recording.links.values() if ends == recording.links[label]
-                           or ends[::-1] == recording.links[label]) > 1}
+        if d.get("old_links"):  # the links it took: exact, parallel links too
+            on_old = set(d["old_links"]) & set(recording.links)
+            parallel: set[str] = set()
+        else:
+            hops = {frozenset(pair) for pair in itertools.pairwise(old)}
+            on_old = {label for label, ends in recording.links.items() if frozenset(ends) in hops}
+            # Between two switches joined by parallel links the path alone does not say which it took.
+            parallel = {label for label in on_old
+                        if sum(1 for ends in recording.links.values() if ends == recording.links[label]
+                               or ends[::-1] == recording.links[label]) > 1}
         then = sorted({(link, "congested") for link, start, end in windows if link in on_old
                        and start <= event.time <= end} | {(link, "cut") for link in cut if link in on_old})
         shown = [f"{link} {what}" + (" (a parallel link)" if link in parallel else "") for link, what in then]
         reason = str(d.get("reason", ""))
+        cause = d.get("cause") or (d.get("decision") or {}).get("cause")
         rows.append((f"{event.time:.1f}", str(d.get("flow", "")), " ".join(old), " ".join(d.get("new") or ()),
-                     decisions.reroute_cause(reason) or "-", ", ".join(shown) or "none", reason or "-"))
+                     cause or "-", ", ".join(shown) or "none", reason or "-"))
     return rows
 
 
@@ -232,8 +237,9 @@ def render_html(scenario: Scenario, recording: Recording, results: Sequence[Resu
         parts.append("<h2>Reroutes, and why</h2>")
         parts.append("<p>Each move with the controller's reason, which carries its evidence (the measured "
                      "congestion, or the link that went down), and what the timeline had done to its old path "
-                     "then. A move with nothing on its old path is part of a rearrangement (cause "
-                     "<code>rearrangement</code>) or asked for.</p>")
+                     "then (by the links it took, when the controller named them). Its cause is the "
+                     "controller's typed decision, not read from the reason. A move with nothing on its old "
+                     "path is part of a rearrangement (cause <code>rearrangement</code>) or asked for.</p>")
         parts.append(_table(["time (s)", "flow", "from", "to", "cause", "old path then", "reason"], reroutes))
     parts.append("<h2>Final state</h2>")
     parts.append(_table(["name", "kind", "DTNs", "state", "rate / booked", "path"], flow_rows(recording)))

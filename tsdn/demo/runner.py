@@ -30,11 +30,12 @@ from typing import Any
 
 import yaml
 
+from sdn_app.core import decisions
 from sdn_app.core.errors import FailedPrecondition
 from sdn_app.core.units import format_bandwidth
 from tsdn.demo.console import Console
 from tsdn.demo.cross_traffic import CrossTraffic
-from tsdn.demo.expectations import REARRANGEMENT, evaluate
+from tsdn.demo.expectations import evaluate
 from tsdn.demo.record import BookingSample, Flow, LinkSample, RateSample, Recording
 from tsdn.demo.report import summary, write_report
 from tsdn.demo.scenario import (
@@ -132,7 +133,7 @@ class DemoRunner:
         self._cross: CrossTraffic | None = None
         self._client = None
         self._raw: queue.Queue = queue.Queue()  # (kind, payload) from the watch threads
-        self._reservation_paths: dict[str, tuple[str, ...]] = {}
+        self._reservation_paths: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # id -> (switches, links)
         self._reservation_states: dict[str, int] = {}
         self._by_reservation: dict[str, str] = self.recording.reservation_flows  # reservation id -> flow name
         self._by_transfer: dict[str, str] = {}  # transfer id -> flow name
@@ -390,6 +391,7 @@ class DemoRunner:
 
     def _drain(self) -> None:
         """Turn what the watch threads saw into the recording (names resolved now)."""
+        from northbound.convert import decision_in
         from northbound.proto.tsdn.v1 import bandwidth_pb2, transfer_pb2
 
         while True:
@@ -421,26 +423,34 @@ class DemoRunner:
                 at = self._stamp(payload)
                 state = bandwidth_pb2.ReservationState.Name(reservation.state)
                 path = tuple(reservation.path.route[1:-1]) if reservation.path.route else ()
+                links = tuple(reservation.path.links)
+                decision = decision_in(payload.decision) if payload.HasField("decision") else None
+                typed: dict[str, Any] = {"decision": decisions.to_dict(decision)} if decision is not None else {}
                 flow = self.recording.flows.get(name)
                 if flow is not None:
                     if flow.kind == "reservation":
                         flow.state, flow.reason = state, reservation.state_reason
                     if path:
                         flow.path = path
-                previous_path = self._reservation_paths.get(reservation.id)
+                previous = self._reservation_paths.get(reservation.id)
                 if path:
-                    self._reservation_paths[reservation.id] = path
-                if previous_path and path and path != previous_path:
-                    extra = {}
-                    if match := REARRANGEMENT.search(payload.reason):
-                        extra["relieves"] = self._by_reservation.get(match.group(1), f"reservations/{match.group(1)}")
+                    self._reservation_paths[reservation.id] = (path, links)
+                # A move between parallel links keeps the switches: the links tell it.
+                if previous and previous[0] and path and (path, links) != previous:
+                    previous_path, previous_links = previous
+                    extra: dict[str, Any] = {}
+                    if decision is not None and decision.relieves:
+                        relieved = decision.relieves.removeprefix("reservations/")
+                        extra["relieves"] = self._by_reservation.get(relieved, decision.relieves)
                     self.recording.event(at, "reroute", message=f"{name}: {' '.join(previous_path)} -> "
                                          f"{' '.join(path)} ({payload.reason})", flow=name,
-                                         old=list(previous_path), new=list(path), reason=payload.reason, **extra)
+                                         old=list(previous_path), new=list(path), reason=payload.reason,
+                                         old_links=list(previous_links), new_links=list(links),
+                                         cause=decision.cause if decision is not None else None, **extra, **typed)
                 if self._reservation_states.get(reservation.id) != reservation.state:
                     self._reservation_states[reservation.id] = reservation.state
                     self.recording.event(at, "reservation", message=f"{name}: {state}: {payload.reason}", flow=name,
-                                         state=state, path=list(path))
+                                         state=state, path=list(path), links=list(links), **typed)
 
     def _stamp(self, event) -> float:
         """An event's time on the timeline clock (snapshots carry none: now)."""

@@ -157,6 +157,7 @@ function drawReservations() {
                r.last_move.reason);
       li.setAttribute("data-move-cause", r.last_move.cause);
     }
+    li.setAttribute("data-verdict", r.verdict || "");  // the typed decision of its last change
     if (r.verdict && r.verdict !== "moved" && r.reason !== (r.last_move && r.last_move.reason)) {
       why.push(`${r.verdict === "rearranged" ? "rearranging" : "not moved (" + r.verdict + ")"}: ${r.reason}`);
     }

@@ -28,6 +28,34 @@ class PathPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PATH_POLICY_UNSPECIFIED: _ClassVar[PathPolicy]
     SHORTEST: _ClassVar[PathPolicy]
     WIDEST: _ClassVar[PathPolicy]
+
+class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DECISION_KIND_UNSPECIFIED: _ClassVar[DecisionKind]
+    DECISION_MOVED: _ClassVar[DecisionKind]
+    DECISION_REARRANGED: _ClassVar[DecisionKind]
+    DECISION_RELIEVED: _ClassVar[DecisionKind]
+    DECISION_DISPLACED: _ClassVar[DecisionKind]
+    DECISION_NOT_MOVED: _ClassVar[DecisionKind]
+    DECISION_LINK: _ClassVar[DecisionKind]
+    DECISION_DEGRADED: _ClassVar[DecisionKind]
+    DECISION_REROUTED: _ClassVar[DecisionKind]
+
+class NotMovedReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NOT_MOVED_REASON_UNSPECIFIED: _ClassVar[NotMovedReason]
+    NOT_MOVED_HOSTS: _ClassVar[NotMovedReason]
+    NOT_MOVED_HELD: _ClassVar[NotMovedReason]
+    NOT_MOVED_BUDGET: _ClassVar[NotMovedReason]
+    NOT_MOVED_NO_ROOM: _ClassVar[NotMovedReason]
+    NOT_MOVED_UNMEASURED: _ClassVar[NotMovedReason]
+    NOT_MOVED_ACCESS: _ClassVar[NotMovedReason]
+
+class Protection(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROTECTION_UNSPECIFIED: _ClassVar[Protection]
+    PROTECTION_STAYS: _ClassVar[Protection]
+    PROTECTION_FAILS_OVER: _ClassVar[Protection]
 RESERVATION_STATE_UNSPECIFIED: ReservationState
 SCHEDULED: ReservationState
 PROVISIONING: ReservationState
@@ -40,6 +68,25 @@ FAILED: ReservationState
 PATH_POLICY_UNSPECIFIED: PathPolicy
 SHORTEST: PathPolicy
 WIDEST: PathPolicy
+DECISION_KIND_UNSPECIFIED: DecisionKind
+DECISION_MOVED: DecisionKind
+DECISION_REARRANGED: DecisionKind
+DECISION_RELIEVED: DecisionKind
+DECISION_DISPLACED: DecisionKind
+DECISION_NOT_MOVED: DecisionKind
+DECISION_LINK: DecisionKind
+DECISION_DEGRADED: DecisionKind
+DECISION_REROUTED: DecisionKind
+NOT_MOVED_REASON_UNSPECIFIED: NotMovedReason
+NOT_MOVED_HOSTS: NotMovedReason
+NOT_MOVED_HELD: NotMovedReason
+NOT_MOVED_BUDGET: NotMovedReason
+NOT_MOVED_NO_ROOM: NotMovedReason
+NOT_MOVED_UNMEASURED: NotMovedReason
+NOT_MOVED_ACCESS: NotMovedReason
+PROTECTION_UNSPECIFIED: Protection
+PROTECTION_STAYS: Protection
+PROTECTION_FAILS_OVER: Protection
 
 class Hop(_message.Message):
     __slots__ = ("switch", "in_port", "out_port")
@@ -125,14 +172,124 @@ class Reservation(_message.Message):
     def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[ReservationHistory, _Mapping]]] = ...) -> None: ...
 
 class ReservationHistory(_message.Message):
-    __slots__ = ("time", "state", "reason")
+    __slots__ = ("time", "state", "reason", "decision")
     TIME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
     time: _timestamp_pb2.Timestamp
     state: ReservationState
     reason: str
-    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    decision: Decision
+    def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., reason: _Optional[str] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ...) -> None: ...
+
+class Decision(_message.Message):
+    __slots__ = ("kind", "why", "evidence", "to", "headroom_bps", "displaced", "relieves", "hold", "barred_links", "refusal", "link", "link_up", "note", "trigger", "protection", "on", "verdict", "cause")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    HEADROOM_BPS_FIELD_NUMBER: _ClassVar[int]
+    DISPLACED_FIELD_NUMBER: _ClassVar[int]
+    RELIEVES_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    BARRED_LINKS_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
+    LINK_FIELD_NUMBER: _ClassVar[int]
+    LINK_UP_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    PROTECTION_FIELD_NUMBER: _ClassVar[int]
+    ON_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    kind: DecisionKind
+    why: NotMovedReason
+    evidence: Evidence
+    to: PathTaken
+    headroom_bps: int
+    displaced: _containers.RepeatedCompositeFieldContainer[Displacement]
+    relieves: str
+    hold: Hold
+    barred_links: _containers.RepeatedScalarFieldContainer[str]
+    refusal: str
+    link: str
+    link_up: bool
+    note: str
+    trigger: str
+    protection: Protection
+    on: PathTaken
+    verdict: str
+    cause: str
+    def __init__(self, kind: _Optional[_Union[DecisionKind, str]] = ..., why: _Optional[_Union[NotMovedReason, str]] = ..., evidence: _Optional[_Union[Evidence, _Mapping]] = ..., to: _Optional[_Union[PathTaken, _Mapping]] = ..., headroom_bps: _Optional[int] = ..., displaced: _Optional[_Iterable[_Union[Displacement, _Mapping]]] = ..., relieves: _Optional[str] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ..., barred_links: _Optional[_Iterable[str]] = ..., refusal: _Optional[str] = ..., link: _Optional[str] = ..., link_up: _Optional[bool] = ..., note: _Optional[str] = ..., trigger: _Optional[str] = ..., protection: _Optional[_Union[Protection, str]] = ..., on: _Optional[_Union[PathTaken, _Mapping]] = ..., verdict: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
+
+class Evidence(_message.Message):
+    __slots__ = ("achieved_bps", "booked_bps", "reports", "congested", "busiest", "unmeasured", "retransmits", "rtt_ms", "sender_cpu_percent")
+    ACHIEVED_BPS_FIELD_NUMBER: _ClassVar[int]
+    BOOKED_BPS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    CONGESTED_FIELD_NUMBER: _ClassVar[int]
+    BUSIEST_FIELD_NUMBER: _ClassVar[int]
+    UNMEASURED_FIELD_NUMBER: _ClassVar[int]
+    RETRANSMITS_FIELD_NUMBER: _ClassVar[int]
+    RTT_MS_FIELD_NUMBER: _ClassVar[int]
+    SENDER_CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    achieved_bps: float
+    booked_bps: int
+    reports: int
+    congested: _containers.RepeatedCompositeFieldContainer[MeasuredDirection]
+    busiest: MeasuredDirection
+    unmeasured: _containers.RepeatedScalarFieldContainer[str]
+    retransmits: int
+    rtt_ms: float
+    sender_cpu_percent: float
+    def __init__(self, achieved_bps: _Optional[float] = ..., booked_bps: _Optional[int] = ..., reports: _Optional[int] = ..., congested: _Optional[_Iterable[_Union[MeasuredDirection, _Mapping]]] = ..., busiest: _Optional[_Union[MeasuredDirection, _Mapping]] = ..., unmeasured: _Optional[_Iterable[str]] = ..., retransmits: _Optional[int] = ..., rtt_ms: _Optional[float] = ..., sender_cpu_percent: _Optional[float] = ...) -> None: ...
+
+class MeasuredDirection(_message.Message):
+    __slots__ = ("direction", "link", "capacity_bps", "measured_bps", "unowned_bps", "reverse")
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    LINK_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BPS_FIELD_NUMBER: _ClassVar[int]
+    MEASURED_BPS_FIELD_NUMBER: _ClassVar[int]
+    UNOWNED_BPS_FIELD_NUMBER: _ClassVar[int]
+    REVERSE_FIELD_NUMBER: _ClassVar[int]
+    direction: str
+    link: str
+    capacity_bps: int
+    measured_bps: float
+    unowned_bps: float
+    reverse: bool
+    def __init__(self, direction: _Optional[str] = ..., link: _Optional[str] = ..., capacity_bps: _Optional[int] = ..., measured_bps: _Optional[float] = ..., unowned_bps: _Optional[float] = ..., reverse: _Optional[bool] = ...) -> None: ...
+
+class PathTaken(_message.Message):
+    __slots__ = ("route", "links")
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    LINKS_FIELD_NUMBER: _ClassVar[int]
+    route: _containers.RepeatedScalarFieldContainer[str]
+    links: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, route: _Optional[_Iterable[str]] = ..., links: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Displacement(_message.Message):
+    __slots__ = ("reservation", "to")
+    RESERVATION_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    reservation: str
+    to: PathTaken
+    def __init__(self, reservation: _Optional[str] = ..., to: _Optional[_Union[PathTaken, _Mapping]] = ...) -> None: ...
+
+class Hold(_message.Message):
+    __slots__ = ("moved_ago_seconds", "hold_down_seconds", "moves", "window_seconds", "budget")
+    MOVED_AGO_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HOLD_DOWN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    moved_ago_seconds: float
+    hold_down_seconds: float
+    moves: int
+    window_seconds: float
+    budget: int
+    def __init__(self, moved_ago_seconds: _Optional[float] = ..., hold_down_seconds: _Optional[float] = ..., moves: _Optional[int] = ..., window_seconds: _Optional[float] = ..., budget: _Optional[int] = ...) -> None: ...
 
 class CreateReservationRequest(_message.Message):
     __slots__ = ("source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "validate_only")
@@ -278,17 +435,19 @@ class WatchReservationsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., include_existing: _Optional[bool] = ...) -> None: ...
 
 class ReservationEvent(_message.Message):
-    __slots__ = ("sequence", "time", "previous_state", "state", "reason", "reservation")
+    __slots__ = ("sequence", "time", "previous_state", "state", "reason", "reservation", "decision")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_STATE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     time: _timestamp_pb2.Timestamp
     previous_state: ReservationState
     state: ReservationState
     reason: str
     reservation: Reservation
-    def __init__(self, sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[ReservationState, str]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., reason: _Optional[str] = ..., reservation: _Optional[_Union[Reservation, _Mapping]] = ...) -> None: ...
+    decision: Decision
+    def __init__(self, sequence: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., previous_state: _Optional[_Union[ReservationState, str]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., reason: _Optional[str] = ..., reservation: _Optional[_Union[Reservation, _Mapping]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ...) -> None: ...

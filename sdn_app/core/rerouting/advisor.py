@@ -1,11 +1,12 @@
-"""Rate-driven rerouting: is a transfer getting what it booked, why not, and may it move now.
+"""Rate-driven rerouting: is a transfer getting what it booked, and may it move now.
 
 The DTN agents report each transfer's achieved rate once per second (with its retransmits,
 RTT and sender CPU when the engine knows them). `RateAdvisor` keeps, per reservation:
 
 - how many reports in a row fell below `threshold` x the booked rate; from `consecutive` of them
-  on, it says so at each report (`Underperforming`), and the book attributes the shortfall (`attribute`): a
-  congested link direction on the path, either way (TCP's acks use the reverse), or the hosts;
+  on, it says so at each report (`Underperforming`), and the rerouter attributes the shortfall
+  (`attribution.attribute`): a congested link direction on the path, either way (TCP's acks use
+  the reverse), or the hosts;
 - after a move, the mean of the next `consecutive` reports (`AfterMove`), so every decision is
   told with its rate before and after;
 - the stability rules of `ReroutePolicy`: a hold-down after each move, a budget of moves per
@@ -14,7 +15,7 @@ RTT and sender CPU when the engine knows them). `RateAdvisor` keeps, per reserva
 - the last verdict announced, so a reservation that stays host-limited is told once, not
   every three seconds.
 
-Pure: the book feeds it with the time; no clock of its own.
+Pure: the rerouter feeds it with the time; no clock of its own.
 """
 
 from __future__ import annotations
@@ -22,11 +23,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from sdn_app.core.congestion import Condition, LinkWatch, ReroutePolicy
-from sdn_app.core.topology import LinkDirection
-from sdn_app.core.units import format_bandwidth
-
-RECENT = 5.0  # seconds a reported rate stands for what a reservation sends
+from sdn_app.core.decisions import Hold, Why, hold_text
+from sdn_app.core.rerouting.congestion import LinkWatch
+from sdn_app.core.rerouting.policy import RECENT, ReroutePolicy
 
 
 @dataclass(frozen=True)
@@ -56,16 +55,6 @@ class AfterMove:
     before_bps: float
     after_bps: float
     booked_bps: int
-
-
-@dataclass(frozen=True)
-class Attribution:
-    """Why a reservation gets less than it booked: `network` (congested directions on its path,
-    forward or reverse), `hosts` (every direction measured and clear), or `unmeasured`."""
-
-    cause: str
-    congested: tuple[Condition, ...]
-    evidence: str
 
 
 @dataclass
@@ -154,19 +143,25 @@ class RateAdvisor:
 
     def may_move(self, reservation_id: str, now: float) -> str:
         """Why the reservation may not move for congestion now ("" when it may)."""
+        held = self.held(reservation_id, now)
+        return hold_text(*held) if held is not None else ""
+
+    def held(self, reservation_id: str, now: float) -> tuple[Why, Hold] | None:
+        """Whether the stability rules keep the reservation from moving for congestion now:
+        (HELD or BUDGET, the numbers), or None when it may move."""
         history = self._history.get(reservation_id)
         if history is None:
-            return ""
+            return None
         p = self.policy
         while history.moves and now - history.moves[0] >= p.budget_window:
             history.moves.popleft()
+        hold = Hold(now - history.last_move if history.last_move is not None else 0.0, p.hold_down,
+                    len(history.moves), p.budget_window, p.move_budget)
         if history.last_move is not None and now - history.last_move < p.hold_down:
-            return (f"held down: moved {now - history.last_move:.0f} s ago, "
-                    f"not again within {p.hold_down:g} s of a move")
+            return Why.HELD, hold
         if len(history.moves) >= p.move_budget:
-            return (f"move budget spent: {len(history.moves)} moves within {p.budget_window:g} s "
-                    f"(at most {p.move_budget})")
-        return ""
+            return Why.BUDGET, hold
+        return None
 
     def barred_links(self, reservation_id: str, watch: LinkWatch, now: float) -> frozenset[str]:
         """Links the reservation left for congestion that have not measured clear for `clear_for` s."""
@@ -189,34 +184,3 @@ class RateAdvisor:
         """Drop everything about a reservation (it ended)."""
         self._tracks.pop(reservation_id, None)
         self._history.pop(reservation_id, None)
-
-
-def attribute(forward: list[LinkDirection], reverse: list[LinkDirection], watch: LinkWatch,
-              advice: Underperforming) -> Attribution:
-    """Decide from measurements whether a congested link or the hosts hold a transfer back."""
-    shortfall = (f"achieved {format_bandwidth(int(advice.achieved_bps))} of {format_bandwidth(advice.booked_bps)} "
-                 f"booked for {watch.policy.consecutive} reports")
-    congested = tuple(c for c in (watch.condition(d.id) for d in [*forward, *reverse]) if c is not None and c.congested)
-    transport = _transport(advice.health)
-    if congested:
-        return Attribution("network", congested,
-                           f"{shortfall}; congested: {'; '.join(c.describe() for c in congested)}{transport}")
-    unmeasured = [d.id for d in [*forward, *reverse] if watch.condition(d.id) is None]
-    if unmeasured:
-        shown = ", ".join(unmeasured[:3]) + (f" and {len(unmeasured) - 3} more" if len(unmeasured) > 3 else "")
-        return Attribution("unmeasured", (), f"{shortfall}; not moved: no load measured on {shown}")
-    loaded = max((watch.condition(d.id) for d in [*forward, *reverse]), key=lambda c: c.fraction)  # type: ignore
-    assert loaded is not None
-    return Attribution("hosts", (), f"{shortfall}; limited by the hosts: path links at most "
-                                    f"{loaded.fraction:.0%} loaded ({loaded.direction}){transport}")
-
-
-def _transport(health: Health) -> str:
-    parts = []
-    if health.retransmits is not None:
-        parts.append("no retransmits" if health.retransmits == 0 else f"{health.retransmits} retransmits")
-    if health.rtt_ms is not None:
-        parts.append(f"RTT {health.rtt_ms:.1f} ms")
-    if health.cpu_percent is not None:
-        parts.append(f"sender CPU {health.cpu_percent:.0f}% of a core")
-    return f"; {', '.join(parts)}" if parts else ""

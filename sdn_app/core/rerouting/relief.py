@@ -27,16 +27,12 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from sdn_app.core.congestion import LinkWatch
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NoCapacity
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import Path, PathFinder, PathRequest, Route, Unbooked
+from sdn_app.core.rerouting.congestion import LinkWatch
+from sdn_app.core.rerouting.policy import CANDIDATE_MOVERS, CANDIDATE_PATHS, MAX_DISPLACED, NOISE_SHARE
 from sdn_app.core.topology import Topology
-
-NOISE_SHARE = 0.01  # unowned load below this share of a direction's capacity is measurement noise
-MAX_DISPLACED = 2  # reservations moved to make room for one
-CANDIDATE_PATHS = 4  # paths of the relieved reservation tried
-CANDIDATE_MOVERS = 6  # reservations considered for each short direction set
 
 
 class Headroom:
