@@ -26,7 +26,8 @@ from sdn_app.core.decisions import (
 from sdn_app.core.rerouting.advisor import Health, RateAdvisor
 from sdn_app.core.rerouting.policy import ReroutePolicy
 from sdn_app.core.reservation import Principal, Role, State
-from sdn_app.core.reservations import HISTORY_LENGTH, ReservationBook
+from sdn_app.core.reservation_memory import HISTORY_LENGTH
+from sdn_app.core.reservations import ReservationBook
 from tests.switched import RUCIO, G, active, confirm, measured_loads, switched_ring8
 from tests.test_advisor import S2_S3, mesh, rearranged, tick
 from tests.waiting import wait_for

@@ -187,4 +187,4 @@ def test_a_controller_restarted_mid_move_installs_the_new_path(env):
         assert book.get(RUCIO, r.name).state is State.MOVING
     book.switch_reconciled("s3")
     assert book.get(RUCIO, r.name).state is State.ACTIVE
-    assert {f.switch for f in book._plans[r.id].flows} == plan_switches
+    assert {f.switch for f in book.installs.plan(r.id).flows} == plan_switches

@@ -23,7 +23,7 @@ import pytest
 from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc
-from sdn_app.core import reservations as reservations_module
+from sdn_app.core import reservation_memory
 from sdn_app.core.agents import AgentFacts, AgentRegistry, NicFacts
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
@@ -225,7 +225,7 @@ def test_the_sweeper_is_due_when_ended_reservations_should_leave_memory_batched(
     sweeper.tick()
     assert held(core.db, core.book) == {"live": 0, "ended": 1}
     # the next one is due at t0 + 13.5, but sweeps come at most one per EVICTION_INTERVAL
-    assert sweeper.next_deadline() == t0 + 13 + reservations_module.EVICTION_INTERVAL
+    assert sweeper.next_deadline() == t0 + 13 + reservation_memory.EVICTION_INTERVAL
     core.clock.set(t0 + 14)
     sweeper.tick()
     assert held(core.db, core.book) == {"live": 0, "ended": 0} and sweeper.next_deadline() == math.inf

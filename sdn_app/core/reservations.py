@@ -6,33 +6,24 @@ as the clock passes their windows, keeps the idempotency index of `request_id`s,
 every change as an `Event` for watchers. Each change is one SQLite transaction shared with the
 ledger, so a reservation row (`reservation_store`) and its booking are committed together or
 not at all; rows of another table that go with a reservation (a transfer's) join that
-transaction through `companion`. With switches, it plans each reservation's flows and queues the
-OpenFlow changes (`take_changes`) that the provisioner applies and confirms (`provisioned`).
+transaction through `companion`. With switches, its `Installs` plan each reservation's flows and queue
+the OpenFlow changes (`take_changes`) that the provisioner applies and confirms (`provisioned`).
 Rate reports and measured loads go to its `Rerouter` (`core.rerouting`), which moves
 reservations through the book; loading repairs what no longer fits the topology (`ledger_repair`).
 
-Links: the adapter reports links going down and coming back (`set_link_state`). No path is
-computed across a down link. A reservation whose path crosses one moves (MOVING, make-before-
-break, then ACTIVE) to the best route that fits, its booking moving with it in one ledger
-transaction; one that fits nowhere becomes DEGRADED with the reason and keeps its booking and
-flows, so it works again as soon as its link does. DEGRADED reservations are retried whenever
-capacity returns: a link comes up, a reservation ends or shrinks. A protected reservation
-losing a link of either path is moved to a new link-disjoint pair when one fits; otherwise it
-stays on the fast-failover groups, DEGRADED ("protection lost") until a pair fits again.
+Links: the adapter reports links going down and coming back (`set_link_state`); `link_repair`
+moves the reservations they affect, and retries DEGRADED ones whenever capacity returns.
 
-Memory: live reservations are held in memory; an ended one only for `keep_ended` seconds after
-it ended, then only in the store (each row about 1.5 kB with its indexes). `get` (and
-`request_id` retries) read a reservation no longer in memory from the store; `list` pages
-through the store itself, so a page token stays valid whatever leaves memory between pages. A
-restart loads the live ones and those ended within `keep_ended`. Each reservation in memory
-also keeps its last `HISTORY_LENGTH` changes (`history`: about 120 bytes each plus its reason,
-2.5 to 7.5 kB when full), which leave memory with it.
+Memory (`reservation_memory`): live reservations are held in memory; an ended one only for
+`keep_ended` seconds after it ended, then only in the store. `get` (and `request_id` retries)
+read a reservation no longer in memory from the store; `list` pages through the store itself, so
+a page token stays valid whatever leaves memory between pages. A restart loads the live ones and
+those ended within `keep_ended`.
 """
 
 from __future__ import annotations
 
 import collections
-import heapq
 import math
 import os
 import random
@@ -45,7 +36,7 @@ from types import MappingProxyType
 from sdn_app.core import reservation_store as store
 from sdn_app.core import validation
 from sdn_app.core.clock import Clock
-from sdn_app.core.decisions import Decision, Protection, Trigger, render, taken
+from sdn_app.core.decisions import Decision, Trigger, render
 from sdn_app.core.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -53,10 +44,12 @@ from sdn_app.core.errors import (
     NoCapacity,
     PermissionDenied,
 )
+from sdn_app.core.installs import Installs
 from sdn_app.core.ledger import AlsoWrite, Ledger
 from sdn_app.core.ledger_repair import LedgerRepair
+from sdn_app.core.link_repair import LinkRepair
 from sdn_app.core.paths import PathFinder, PathRequest, Route
-from sdn_app.core.plans import FlowPlan, IdAllocator, Step, SwitchPlan, plan_for, plan_steps
+from sdn_app.core.plans import SwitchPlan
 from sdn_app.core.rerouting.advisor import Health, RateAdvisor
 from sdn_app.core.rerouting.congestion import Condition
 from sdn_app.core.rerouting.rerouter import Fleet, Rerouter
@@ -75,6 +68,7 @@ from sdn_app.core.reservation import (
     require_role,
     route_key,
 )
+from sdn_app.core.reservation_memory import Memory
 from sdn_app.core.topology import Topology
 from sdn_app.core.units import format_bandwidth, format_time, format_window
 from sdn_app.core.utilization import DirectionLoad
@@ -86,8 +80,6 @@ MAX_LABELS = 32
 # Seconds an ended reservation stays in memory after it ended (`keep_ended`); then only the store
 # holds it. Memory at most: reservations ending per second x this x about 1.6 kB (the process's RSS).
 DEFAULT_KEEP_ENDED = 300.0
-EVICTION_INTERVAL = 1.0  # seconds at least between sweeps of ended reservations out of memory (batched)
-HISTORY_LENGTH = 20  # changes of a reservation held for `history` while it is in memory
 
 
 class ReservationBook:
@@ -120,28 +112,19 @@ class ReservationBook:
         self.companion: Callable[[Reservation], AlsoWrite | None] | None = None
         self.refusals: collections.Counter[str] = collections.Counter()  # admissions refused, by kind
         self.repairs: list[Repair] = []  # what loading changed so the ledger fits the topology
-        self._plans: dict[str, FlowPlan] = {}
-        self._tokens: dict[str, int] = {}  # reservation -> token of its latest confirmed change
-        self._awaiting_reconcile: dict[str, set[str]] = {}  # caught mid-change at start-up -> switches left
-        self._plan_ids = IdAllocator()
-        self._changes: list[Change] = []
-        self._reservations: dict[str, Reservation] = {}
-        self._live: dict[str, Reservation] = {}  # not final: what ticks and deadlines look at
-        self._by_request: dict[tuple[str, str], str] = {}
-        self._by_pair: dict[tuple[str, str], set[str]] = {}  # (src, dst) -> live reservations
-        self._deadlines: list[tuple[float, str]] = []  # heap of (window start or end, id); stale entries skipped
-        self._degraded: set[str] = set()
-        self._leaving: list[tuple[float, str]] = []  # heap of (when it leaves memory, id) of ended reservations
-        self._next_sweep = -math.inf  # sweeps out of memory are batched, EVICTION_INTERVAL apart
+        self.installs = Installs(topology)  # with switches: the flows each reservation wants there
+        self._memory = Memory(self.keep_ended)
+        self._reservations = self._memory.known  # in memory, live and recently ended
+        self._live = self._memory.live  # not final: what ticks and deadlines look at
         self._events: list[Event] = []
-        # The last HISTORY_LENGTH changes of each reservation in memory; it leaves with it.
-        self._histories: dict[str, collections.deque[HistoryEntry]] = {}
         self._random = random.Random(os.urandom(16))  # ids need to be unique, not secret: owners are checked
         self._sequence = 0
         # Rate-driven rerouting: it sees the reservations and moves them through the book.
         self.rerouter = Rerouter(topology, ledger, clock, advisor or RateAdvisor(), self.finder.down_links,
                                  Fleet(MappingProxyType(self._live), MappingProxyType(self._reservations),
                                        self._move, self._commit, self._confirming))
+        self.links = LinkRepair(topology, self.finder, MappingProxyType(self._live), self._memory.degraded,
+                                self.rerouter.measured_route, self._move, self._commit)
         self.ledger.write(store.create_table)
         self._load()
 
@@ -193,13 +176,12 @@ class ReservationBook:
     def history(self, reservation_id: str) -> list[HistoryEntry]:
         """The last `HISTORY_LENGTH` changes of a reservation, oldest first: every decision about
         it, typed, with its reason. Empty once it left memory, and for changes before a restart."""
-        return list(self._histories.get(reservation_id, ()))
+        return self._memory.history(reservation_id)
 
     def last_decision(self, reservation_id: str) -> Decision | None:
         """The typed decision of a reservation's last change (None: that change was no decision,
         or the reservation is not in memory): what its reason now tells."""
-        history = self._histories.get(reservation_id)
-        return history[-1].decision if history else None
+        return self._memory.last_decision(reservation_id)
 
     def conditions(self) -> list[Condition]:
         """The congestion verdict of every measured link direction, as last measured."""
@@ -271,7 +253,7 @@ class ReservationBook:
         else:
             self._record(None, reservation)
             if state is State.PROVISIONING:
-                self._install(reservation)
+                self.installs.install(reservation)
         return reservation
 
     def _check_pair_free(self, request: PathRequest) -> None:
@@ -280,8 +262,7 @@ class ReservationBook:
         (Bookings alone, without switches, may overlap.)"""
         if not self.provisioning:
             return
-        for other_id in self._by_pair.get((request.src, request.dst), ()):
-            other = self._live[other_id]
+        for other in self._memory.on_pair(request.src, request.dst):
             if other.request.start < request.end and request.start < other.request.end:
                 raise FailedPrecondition(
                     f"{request.src} -> {request.dst} already has {other.name} "
@@ -316,10 +297,10 @@ class ReservationBook:
         old = self._reservations.get(reservation_id)
         if old is None or old.state not in (State.PROVISIONING, State.MOVING):
             return  # released or expired while installing: its removal is already queued
-        if token is not None and token != self._tokens.get(reservation_id):
+        if not self.installs.is_current(reservation_id, token):
             return
         assert old.route is not None
-        down = self._down_on(old.route)
+        down = self.links.down_on(old.route)
         if error is None and old.state is State.PROVISIONING and down:
             self._commit(old, f"installed, but link {', '.join(down)} is down and no alternate path fits",
                          State.DEGRADED)
@@ -385,51 +366,11 @@ class ReservationBook:
         Down: every live reservation whose primary or backup crosses `link` is moved to the
         best route that fits, or becomes DEGRADED. Up: DEGRADED reservations are retried.
         """
-        if link not in self.topology.links:
-            raise InvalidArgument(f"link: {link!r} is not a link of topology {self.topology.name}")
-        down = self.finder.down_links
-        why = Trigger(link, up, reason)
-        if up:
-            if link in down:
-                down.discard(link)
-                self._retry_degraded(why)
-            return
-        if link in down:
-            return
-        down.add(link)
-        affected = [r for r in self._live.values() if r.route is not None and link in _route_links(r.route)]
-        for reservation in sorted(affected, key=lambda r: (r.created, r.id)):
-            self._reroute(reservation, why)
+        self.links.set_link_state(link, up, reason)
 
     def down_links(self) -> frozenset[str]:
         """Links reported down now."""
         return frozenset(self.finder.down_links)
-
-    def _down_on(self, route: Route) -> list[str]:
-        return sorted(set(route.primary.links) & self.finder.down_links)
-
-    def _reroute(self, old: Reservation, why: Trigger) -> None:
-        """Move `old` off down links to the best route that fits, or mark it DEGRADED."""
-        assert old.route is not None
-        try:
-            route = self.rerouter.measured_route(old) or self.finder.route(old.request, ignore=old.id)
-        except (NoCapacity, FailedPrecondition) as refusal:
-            self._degrade(old, why, str(refusal))
-            return
-        self._move(old, route, why.move(taken(route.primary)))
-
-    def _degrade(self, old: Reservation, why: Trigger, refusal: str) -> None:
-        assert old.route is not None
-        if old.route.backup is not None and not set(old.route.primary.links) & self.finder.down_links:
-            decision = why.degrade(Protection.STAYS, taken(old.route.primary), refusal)
-        elif old.route.backup is not None and not set(old.route.backup.links) & self.finder.down_links:
-            decision = why.degrade(Protection.FAILS_OVER, taken(old.route.backup), refusal)
-        else:
-            decision = why.degrade(Protection.NONE, None, refusal)
-        # A SCHEDULED one has nothing on the switches yet: it is retried at its start.
-        state = old.state if old.state is State.SCHEDULED else State.DEGRADED
-        if (state, render(decision)) != (old.state, old.reason):
-            self._commit(old, decision, state)
 
     def _move(self, old: Reservation, route: Route, reason: str | Decision,
               request: PathRequest | None = None) -> Reservation:
@@ -438,7 +379,7 @@ class ReservationBook:
         again when every hop confirms."""
         request = request or old.request
         now = self.clock.now()
-        installed = old.id in self._plans
+        installed = old.id in self.installs
         self.rerouter.path_changed(old.id)  # its rates so far were on the old path
         state = State.MOVING if installed else old.state
         decision, text = _told(reason)
@@ -448,66 +389,21 @@ class ReservationBook:
         self._remember(new)
         self._record(old.state, new, decision)
         if installed:
-            plan = plan_for(self.topology, new.id, request.src, request.dst, route, request.bandwidth, self._plan_ids)
-            self._plan_ids.retain(plan)
-            self._queue(new.id, plan_steps(self._plans[new.id], plan), confirm=True)
-            self._plans[new.id] = plan
+            self.installs.move(new)
         return new
-
-    def _retry_degraded(self, why: Trigger) -> None:
-        """Capacity came back: move each DEGRADED reservation to a route that fits, oldest first."""
-        if not self._degraded and not self.finder.down_links:
-            return
-        degraded = [r for r in self._live.values() if r.state is State.DEGRADED
-                    or (r.state is State.SCHEDULED and r.route is not None and self._down_on(r.route))]
-        for old in sorted(degraded, key=lambda r: (r.created, r.id)):
-            assert old.route is not None
-            try:
-                route = self.finder.route(old.request, ignore=old.id)
-            except (NoCapacity, FailedPrecondition):
-                continue
-            if route_key(route) == route_key(old.route):
-                if old.state is State.DEGRADED:  # its flows are in place: working again as it is
-                    self._commit(old, f"{why.describe()}: running on {old.route.primary.describe()} again",
-                                 State.ACTIVE)
-                continue
-            self._move(old, route, why.move(taken(route.primary)))
 
     def switch_plan(self, switch: str) -> SwitchPlan:
         """Every flow, meter and group the reservations on the switches want on `switch` now
         (what reconciliation makes the switch hold)."""
-        parts = [plan.for_switch(switch) for plan in self._plans.values()]
-        return SwitchPlan(tuple(f for p in parts for f in p.flows), tuple(m for p in parts for m in p.meters),
-                          tuple(g for p in parts for g in p.groups))
+        return self.installs.switch_plan(switch)
 
     def take_changes(self) -> list[Change]:
         """OpenFlow changes decided since the last call, in the order they must be applied."""
-        changes, self._changes = self._changes, []
-        return changes
-
-    def _install(self, reservation: Reservation) -> None:
-        assert reservation.route is not None
-        q = reservation.request
-        plan = plan_for(self.topology, reservation.id, q.src, q.dst, reservation.route, q.bandwidth, self._plan_ids)
-        self._plans[reservation.id] = plan
-        self._queue(reservation.id, plan_steps(None, plan), confirm=True)
+        return self.installs.take_changes()
 
     def _uninstall(self, reservation_id: str) -> None:
-        plan = self._plans.pop(reservation_id, None)
-        if plan is not None:
-            self._queue(reservation_id, plan_steps(plan, None), confirm=False)
-            self._plan_ids.release(reservation_id)
-        self._tokens.pop(reservation_id, None)
-        self._awaiting_reconcile.pop(reservation_id, None)
+        self.installs.uninstall(reservation_id)
         self.rerouter.forget(reservation_id)
-
-    def _queue(self, reservation_id: str, steps: list[Step], confirm: bool) -> None:
-        """Hand steps to the adapter; a confirmed change supersedes earlier reports."""
-        token = 0
-        if confirm:
-            token = self._tokens[reservation_id] = self._tokens.get(reservation_id, 0) + 1
-            self._awaiting_reconcile.pop(reservation_id, None)
-        self._changes.append(Change(reservation_id, tuple(steps), confirm, token))
 
     def modify(self, principal: Principal, name: str, bandwidth: int | None = None, end: float | None = None,
                validate_only: bool = False, path: PathChoice | None = None) -> Reservation:
@@ -555,14 +451,10 @@ class ReservationBook:
                                also=lambda db: self._update_row(db, new))
             self._remember(new)
             self._record(old.state, new)
-            plan = self._plans.get(old.id)
-            if plan is not None and request.bandwidth != old.request.bandwidth:
-                replan = plan_for(self.topology, new.id, request.src, request.dst, route, request.bandwidth,
-                                  self._plan_ids)
-                self._plans[new.id] = replan
-                self._queue(new.id, plan_steps(plan, replan), confirm=False)
+            if request.bandwidth != old.request.bandwidth:
+                self.installs.resize(new)
         if request.bandwidth < old.request.bandwidth or request.end < old.request.end:
-            self._retry_degraded(Trigger(text=f"{old.name} shrank"))
+            self.links.retry_degraded(Trigger(text=f"{old.name} shrank"))
         return new
 
     def release(self, principal: Principal, name: str, why: str = "") -> Reservation:
@@ -576,18 +468,18 @@ class ReservationBook:
         self._remember(new)
         self._record(old.state, new)
         self._uninstall(old.id)
-        self._retry_degraded(Trigger(text=f"{old.name} released"))
+        self.links.retry_degraded(Trigger(text=f"{old.name} released"))
         return new
 
     def tick(self) -> None:
         """Start the windows that began and expire those that ended, by the clock; reservations
         ended more than `keep_ended` ago leave memory (the store keeps them)."""
         now = self.clock.now()
-        self._sweep(now)
+        self._memory.sweep(now)
         starting = [r for r in self._live.values() if r.state is State.SCHEDULED and r.request.start <= now]
         for old in sorted(starting, key=lambda r: (r.request.start, r.id)):
-            if old.route is not None and self._down_on(old.route) and old.request.end > now:
-                self._reroute(old, Trigger(text="its path crosses a link that is down"))
+            if old.route is not None and self.links.down_on(old.route) and old.request.end > now:
+                self.links.reroute(old, Trigger(text="its path crosses a link that is down"))
                 old = self._reservations[old.id]
             if old.state is State.SCHEDULED and old.request.start <= now < old.request.end:
                 state, reason = self._started()
@@ -599,7 +491,7 @@ class ReservationBook:
                     self._record(State.PROVISIONING, new)
                 else:
                     self._record(State.SCHEDULED, new)
-                    self._install(new)
+                    self.installs.install(new)
         ending = [r for r in self._live.values() if r.request.end <= now]
         if not ending:
             return
@@ -615,27 +507,20 @@ class ReservationBook:
             self._remember(new)
             self._record(old.state, new)
             self._uninstall(old.id)
-        self._retry_degraded(Trigger(text="reservations ended"))
+        self.links.retry_degraded(Trigger(text="reservations ended"))
 
     def next_deadline(self) -> float:
         """When `tick` next has something to do (math.inf when nothing is pending)."""
-        heap = self._deadlines
-        while heap:
-            when, reservation_id = heap[0]
-            live = self._live.get(reservation_id)
-            if live is not None and _deadline(live) == when:
-                return when
-            heapq.heappop(heap)  # stale: the reservation ended or its deadline moved
-        return math.inf
+        return self._memory.next_deadline()
 
     def sweep(self) -> None:
         """Forget the ended reservations held in memory for `keep_ended` (`tick` does it too)."""
-        self._sweep(self.clock.now())
+        self._memory.sweep(self.clock.now())
 
     def next_sweep(self) -> float:
         """When `sweep` next has something to do, at least EVICTION_INTERVAL after the last one
         (math.inf: nothing held to forget)."""
-        return max(self._leaving[0][0], self._next_sweep) if self._leaving else math.inf
+        return self._memory.next_sweep()
 
     # -- internals -----------------------------------------------------------------------
 
@@ -651,51 +536,13 @@ class ReservationBook:
 
     def _by_request_id(self, owner: str, request_id: str) -> Reservation | None:
         """The reservation `owner` created with `request_id`, in memory or (swept out) in the store."""
-        known = self._by_request.get((owner, request_id))
+        known = self._memory.by_request(owner, request_id)
         if known is not None:
             return self._lookup(known)
         return store.read_by_request_id(self.ledger.query, self.topology, owner, request_id)
 
-    def _sweep(self, now: float) -> None:
-        """Forget the ended reservations whose time in memory is up; the store keeps them."""
-        leaving = self._leaving
-        while leaving and leaving[0][0] <= now:
-            _, reservation_id = heapq.heappop(leaving)
-            gone = self._reservations.pop(reservation_id, None)
-            self._histories.pop(reservation_id, None)
-            if gone is not None and gone.request_id \
-                    and self._by_request.get((gone.owner, gone.request_id)) == reservation_id:
-                del self._by_request[(gone.owner, gone.request_id)]
-        self._next_sweep = now + EVICTION_INTERVAL
-
     def _remember(self, reservation: Reservation) -> None:
-        earlier = self._reservations.get(reservation.id)
-        self._reservations[reservation.id] = reservation
-        pair = (reservation.request.src, reservation.request.dst)
-        if reservation.state.is_final:
-            if (earlier is None or not earlier.state.is_final) and math.isfinite(self.keep_ended):
-                heapq.heappush(self._leaving, (reservation.updated + self.keep_ended, reservation.id))
-            self._live.pop(reservation.id, None)
-            same = self._by_pair.get(pair)
-            if same is not None:
-                same.discard(reservation.id)
-                if not same:
-                    del self._by_pair[pair]
-        else:
-            previous = self._live.get(reservation.id)
-            self._live[reservation.id] = reservation
-            self._by_pair.setdefault(pair, set()).add(reservation.id)
-            if len(self._deadlines) > 2 * len(self._live) + 64:  # mostly stale entries: rebuild, keep it bounded
-                self._deadlines = [(_deadline(r), r.id) for r in self._live.values()]
-                heapq.heapify(self._deadlines)
-            elif previous is None or _deadline(previous) != _deadline(reservation):
-                heapq.heappush(self._deadlines, (_deadline(reservation), reservation.id))
-        if reservation.state is State.DEGRADED:
-            self._degraded.add(reservation.id)
-        else:
-            self._degraded.discard(reservation.id)
-        if reservation.request_id:
-            self._by_request[(reservation.owner, reservation.request_id)] = reservation.id
+        self._memory.remember(reservation)
 
     def _insert_row(self, db: sqlite3.Connection, reservation: Reservation) -> None:
         """Inside a ledger transaction: the new reservation's row, and its companion's rows."""
@@ -718,16 +565,13 @@ class ReservationBook:
 
     def _confirming(self, reservation_id: str) -> bool:
         """Whether a change of the reservation's flows waits for the switches to confirm it."""
-        return self.provisioning and reservation_id in self._plans
+        return self.provisioning and reservation_id in self.installs
 
     def _record(self, previous: State | None, reservation: Reservation, decision: Decision | None = None) -> None:
         self._sequence += 1
         now = self.clock.now()
         self._events.append(Event(self._sequence, now, previous, reservation, reservation.reason, decision))
-        history = self._histories.get(reservation.id)
-        if history is None:
-            history = self._histories[reservation.id] = collections.deque(maxlen=HISTORY_LENGTH)
-        history.append(HistoryEntry(now, reservation.state, reservation.reason, decision))
+        self._memory.note(reservation.id, HistoryEntry(now, reservation.state, reservation.reason, decision))
 
     def _load(self) -> None:
         now = self.clock.now()
@@ -757,22 +601,13 @@ class ReservationBook:
         for reservation in sorted(self._live.values(), key=lambda r: (r.created, r.id)):
             if reservation.state is State.SCHEDULED:
                 continue
-            assert reservation.route is not None
-            q = reservation.request
-            plan = plan_for(self.topology, reservation.id, q.src, q.dst, reservation.route, q.bandwidth,
-                            self._plan_ids)
-            self._plans[reservation.id] = plan
-            if reservation.state in (State.PROVISIONING, State.MOVING):
-                self._awaiting_reconcile[reservation.id] = set(plan.switches)
+            self.installs.resume(reservation, reservation.state in (State.PROVISIONING, State.MOVING))
 
     def switch_reconciled(self, switch: str) -> None:
         """The adapter made `switch` hold exactly `switch_plan(switch)`: reservations caught
         mid-change by a restart are confirmed once every switch of theirs was."""
-        for reservation_id, waiting in list(self._awaiting_reconcile.items()):
-            waiting.discard(switch)
-            if not waiting:
-                del self._awaiting_reconcile[reservation_id]
-                self.provisioned(reservation_id, None)
+        for reservation_id in self.installs.reconciled(switch):
+            self.provisioned(reservation_id, None)
 
 
 class Sweeper:
@@ -800,16 +635,6 @@ def _told(reason: str | Decision) -> tuple[Decision | None, str]:
     if isinstance(reason, Decision):
         return reason, render(reason)
     return None, reason
-
-
-def _deadline(reservation: Reservation) -> float:
-    """When the clock next changes a live reservation: its start while SCHEDULED, else its end."""
-    return reservation.request.start if reservation.state is State.SCHEDULED else reservation.request.end
-
-
-def _route_links(route: Route) -> set[str]:
-    """Links of the primary and the backup."""
-    return set(route.primary.links) | set(route.backup.links if route.backup else ())
 
 
 def _check_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
