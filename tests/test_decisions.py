@@ -4,6 +4,7 @@ report count), its reason rendered from it, driven through the real book on ring
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from contextlib import redirect_stdout
 
@@ -206,6 +207,8 @@ def test_sender_cpu_is_unknown_not_zero_when_the_report_has_no_cpu_figure():
     busy = Evidence(8 * G, 25 * G, 3, retransmits=0, rtt_ms=1.0, sender_cpu_percent=87.0,
                     busiest=shortfall.busiest)
     assert render(Decision(Kind.NOT_MOVED, Why.HOSTS, busy)).endswith("sender CPU 87% of a core")
+    paced = dataclasses.replace(busy, sender_cpu_percent=0.3)  # a paced sender's real, small figure
+    assert render(Decision(Kind.NOT_MOVED, Why.HOSTS, paced)).endswith("sender CPU 0.3% of a core")
     silent = Evidence(8 * G, 25 * G, 3, busiest=shortfall.busiest)  # the report said nothing of its transport
     assert render(Decision(Kind.NOT_MOVED, Why.HOSTS, silent)).endswith("loaded (s2:1->s3:2)")
 

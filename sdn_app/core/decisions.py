@@ -112,7 +112,8 @@ class Evidence:
         if self.rtt_ms is not None:
             parts.append(f"RTT {self.rtt_ms:.1f} ms")
         if self.sender_cpu_percent is not None:
-            parts.append(f"sender CPU {self.sender_cpu_percent:.0f}% of a core")
+            cpu = self.sender_cpu_percent  # a paced sender may use a fraction of a percent: not "0%"
+            parts.append(f"sender CPU {cpu:.0f}% of a core" if cpu >= 1 else f"sender CPU {cpu:.1f}% of a core")
         elif parts:
             parts.append("sender CPU unknown")
         return f"; {', '.join(parts)}" if parts else ""

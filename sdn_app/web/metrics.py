@@ -168,7 +168,7 @@ class ControllerMetrics:
                 self._refused_seen[reason] = total
 
     def set_ledger_repairs(self, totals: Mapping[tuple[str, str], int]) -> None:
-        """Bring the repair counters up to the core's totals (`ReservationBook.ledger_repairs`)."""
+        """Bring the repair counters up to the core's totals (`ledger_repair.repair_counts` of the book's `repairs`)."""
         for key, total in totals.items():
             seen = self._repairs_seen.get(key, 0)
             if total > seen:
