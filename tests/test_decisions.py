@@ -100,6 +100,24 @@ def test_the_history_keeps_the_last_changes_and_leaves_memory_with_the_reservati
     assert env.book.history(r.id) == []
 
 
+def test_the_last_decision_is_stored_with_the_reservation_and_outlives_a_restart(env):
+    """The map shows a reservation's verdict after a controller restart: the decision its reason
+    tells is stored with it; a later change that is no decision leaves none behind."""
+    r = active(env, bandwidth=25 * G)
+    tick(env, r, 8 * G, {S2_S3: 30 * G}, times=3)  # every direction measured clear: the hosts
+    told = env.book.get(RUCIO, r.name)
+    assert told.decision is not None and told.decision.verdict == "hosts" and told.reason == render(told.decision)
+    env.ledger.close()
+    again = switched_ring8(env.path.parent)  # the same state file, read by a new book
+    loaded = again.book.get(RUCIO, r.name)
+    assert loaded.decision == told.decision and loaded.reason == told.reason
+    assert again.book.history(r.id) == []  # the history itself is not stored
+    released = again.book.release(RUCIO, r.name)  # a change that is no decision
+    assert released.decision is None
+    again.ledger.close()
+    assert switched_ring8(env.path.parent).book.get(RUCIO, r.name).decision is None
+
+
 # -- the decision each reason names ---------------------------------------------------------------
 
 def test_each_verdict_of_the_book_is_a_typed_decision(env):

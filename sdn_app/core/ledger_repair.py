@@ -125,7 +125,8 @@ class LedgerRepair:
         the plans are made after loading, and reconciliation puts them there)."""
         state = old.state if old.state is State.SCHEDULED else State.MOVING if self.provisioning else State.ACTIVE
         decision = Trigger(text=why).move(taken(route.primary))
-        new = replace(old, route=route, state=state, updated=self.clock.now(), reason=render(decision))
+        new = replace(old, route=route, state=state, updated=self.clock.now(), reason=render(decision),
+                      decision=decision)
         self.ledger.modify(old.id, directions=route.direction_ids, also=lambda db: self.write(db, new))
         self._repaired(old, new, cause, "rerouted", decision)
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from sdn_app.core.decisions import Decision
+from sdn_app.core.decisions import Decision, render
 from sdn_app.core.errors import PermissionDenied
 from sdn_app.core.paths import Path, PathRequest, Route
 from sdn_app.core.plans import Step
@@ -77,6 +77,13 @@ class Reservation:
     request_id: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     fingerprint: str = ""  # of the request as the caller sent it, to tell a retry from a new request
+    decision: Decision | None = None  # the typed decision its reason was rendered from (None: no decision)
+
+    def __post_init__(self) -> None:
+        # A change that gives a new reason and no decision leaves no stale decision behind: the
+        # decision kept is only ever the one the reason tells.
+        if self.decision is not None and render(self.decision) != self.reason:
+            object.__setattr__(self, "decision", None)
 
     @property
     def name(self) -> str:

@@ -12,7 +12,6 @@ import collections
 import heapq
 import math
 
-from sdn_app.core.decisions import Decision
 from sdn_app.core.reservation import HistoryEntry, Reservation, State
 
 EVICTION_INTERVAL = 1.0  # seconds at least between sweeps of ended reservations out of memory (batched)
@@ -75,11 +74,6 @@ class Memory:
     def history(self, reservation_id: str) -> list[HistoryEntry]:
         """The reservation's last changes, oldest first (empty once it left memory)."""
         return list(self._histories.get(reservation_id, ()))
-
-    def last_decision(self, reservation_id: str) -> Decision | None:
-        """The typed decision of the reservation's last change, if that change was one."""
-        history = self._histories.get(reservation_id)
-        return history[-1].decision if history else None
 
     def by_request(self, owner: str, request_id: str) -> str | None:
         """The id of the reservation in memory `owner` created with `request_id`."""

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from sdn_app.core import validation
+from sdn_app.core import decisions, validation
 from sdn_app.core.errors import InvalidArgument, NotFound, PermissionDenied
 from sdn_app.core.paths import Path, PathRequest, Route
 from sdn_app.core.reservation import Principal, Reservation, Role, State, require_role
@@ -217,6 +217,7 @@ def _to_json(r: Reservation) -> dict[str, Any]:
                     "exclude": list(q.exclude), "max_hops": q.max_hops, "protect": q.protect},
         "primary": _path_json(r.route.primary) if r.route else None,
         "backup": _path_json(r.route.backup) if r.route else None,
+        "decision": decisions.to_dict(r.decision) if r.decision is not None else None,
     }
 
 
@@ -243,4 +244,5 @@ def _from_json(data: dict[str, Any], topology: Topology) -> Reservation:
     route = Route(primary, backup) if primary else None
     return Reservation(data["id"], data["owner"], request, State(data["state"]), route, data["created"],
                        data["updated"], data["reason"], data["request_id"], MappingProxyType(data["labels"]),
-                       data.get("fingerprint", ""))
+                       data.get("fingerprint", ""),
+                       decisions.from_dict(data["decision"]) if data.get("decision") else None)

@@ -178,11 +178,6 @@ class ReservationBook:
         it, typed, with its reason. Empty once it left memory, and for changes before a restart."""
         return self._memory.history(reservation_id)
 
-    def last_decision(self, reservation_id: str) -> Decision | None:
-        """The typed decision of a reservation's last change (None: that change was no decision,
-        or the reservation is not in memory): what its reason now tells."""
-        return self._memory.last_decision(reservation_id)
-
     def conditions(self) -> list[Condition]:
         """The congestion verdict of every measured link direction, as last measured."""
         return self.rerouter.conditions()
@@ -352,7 +347,8 @@ class ReservationBook:
         """Give `old` a new reason, or a decision and the reason rendered from it (and `state`,
         when given): stored, remembered, one event."""
         decision, text = _told(reason)
-        new = replace(old, state=old.state if state is None else state, updated=self.clock.now(), reason=text)
+        new = replace(old, state=old.state if state is None else state, updated=self.clock.now(), reason=text,
+                      decision=decision)
         self.ledger.write(lambda db: self._update_row(db, new))
         self._remember(new)
         self._record(old.state, new, decision)
@@ -383,7 +379,7 @@ class ReservationBook:
         self.rerouter.path_changed(old.id)  # its rates so far were on the old path
         state = State.MOVING if installed else old.state
         decision, text = _told(reason)
-        new = replace(old, request=request, route=route, state=state, updated=now, reason=text)
+        new = replace(old, request=request, route=route, state=state, updated=now, reason=text, decision=decision)
         self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end, directions=route.direction_ids,
                            also=lambda db: self._update_row(db, new))
         self._remember(new)

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from sdn_app.core.decisions import Decision, to_dict
+from sdn_app.core.decisions import to_dict
 from sdn_app.core.rerouting.congestion import Condition
 from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
 from sdn_app.core.topology import Topology
@@ -59,10 +59,10 @@ def load_json(load: DirectionLoad) -> dict[str, Any]:
             "fraction": _ratio(load.fraction)}
 
 
-def reservation_json(r: Reservation, last_move: dict[str, Any] | None = None,
-                     decision: Decision | None = None) -> dict[str, Any]:
-    """A live reservation for the page; `last_move`: when, why and the reason of its last move;
-    `decision`: the typed decision of its last change (its `verdict` is shown)."""
+def reservation_json(r: Reservation, last_move: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A live reservation for the page, with the typed decision of its last change (its `verdict`
+    is shown); `last_move`: when, why and the reason of its last move."""
+    decision = r.decision
     primary = r.route.primary if r.route is not None else None
     backup = r.route.backup if r.route is not None else None
     return {"id": r.id, "name": r.name, "owner": r.owner, "src": r.request.src, "dst": r.request.dst,
@@ -96,11 +96,6 @@ def event_verb(event: Event) -> str:
     if state is State.ACTIVE and event.previous is State.DEGRADED:
         return "restored"
     return state.value.lower()
-
-
-def last_decisions(book: Any, reservations: list[Reservation]) -> dict[str, Decision]:
-    """The typed decision of each reservation's last change (on the core's thread)."""
-    return {r.id: decision for r in reservations if (decision := book.last_decision(r.id)) is not None}
 
 
 def event_json(event: Event) -> dict[str, Any]:
@@ -212,7 +207,6 @@ class LiveMap:
         data = event_json(event)
         r = event.reservation
         cause = reroute_cause(event)
-        decision = event.decision
         with self._lock:
             self._events.append(data)
             if r.state.is_final:
@@ -220,7 +214,7 @@ class LiveMap:
             elif cause is not None:
                 self._last_moves[r.id] = {"time": event.time, "cause": cause, "reason": event.reason,
                                           "links": list(r.route.primary.links) if r.route is not None else []}
-            shown = reservation_json(r, self._last_moves.get(r.id), decision)
+            shown = reservation_json(r, self._last_moves.get(r.id))
             if r.state.is_final:
                 self._reservations.pop(r.id, None)
             else:
@@ -237,15 +231,13 @@ class LiveMap:
                 log.exception("live map tick failed")
             self._stop.wait(self.interval)
 
-    def _core_view(self) -> tuple[list[Reservation], frozenset[str], dict[str, int], list[Condition],
-                                  dict[str, Decision]] | None:
+    def _core_view(self) -> tuple[list[Reservation], frozenset[str], dict[str, int], list[Condition]] | None:
         if not getattr(self.worker, "running", True):
             return None
         book = self.worker.book
 
-        def view() -> tuple[list[Reservation], frozenset[str], dict[str, int], list[Condition], dict[str, Decision]]:
-            live = book.snapshot(VIEWER)
-            return live, book.down_links(), dict(book.refusals), book.conditions(), last_decisions(book, live)
+        def view() -> tuple[list[Reservation], frozenset[str], dict[str, int], list[Condition]]:
+            return book.snapshot(VIEWER), book.down_links(), dict(book.refusals), book.conditions()
 
         try:
             return self.worker.call(view, timeout=5.0)
@@ -299,8 +291,7 @@ class LiveMap:
             self._conditions = conditions
             self._congested = congested
             if core is not None:
-                self._reservations = {r.id: reservation_json(r, self._last_moves.get(r.id), core[4].get(r.id))
-                                      for r in core[0]}
+                self._reservations = {r.id: reservation_json(r, self._last_moves.get(r.id)) for r in core[0]}
             reserved = sum(r["bandwidth_bps"] for r in self._reservations.values()
                            if r["state"] in ("ACTIVE", "MOVING", "DEGRADED"))
             point = {"time": now, "measured_bps": round(measured, 1), "reserved_bps": reserved}

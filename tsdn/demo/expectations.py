@@ -35,6 +35,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sdn_app.core import decisions
 from sdn_app.core.units import format_bandwidth
 from tsdn.demo.record import Event, Recording
 from tsdn.demo.scenario import Scenario
@@ -228,10 +229,9 @@ def moves(recording: Recording) -> list[Move]:
             continue
         d = event.details
         relieves = d.get("relieves", "")
-        decision = d.get("decision") or {}
-        if not relieves and decision.get("relieves"):  # the typed decision of a displacement
-            relieved = str(decision["relieves"])
-            relieves = names.get(relieved.removeprefix("reservations/"), relieved)
+        decision = decisions.from_dict(d["decision"]) if d.get("decision") else None
+        if not relieves and decision is not None and decision.relieves:  # the typed decision of a displacement
+            relieves = names.get(decision.relieves.removeprefix("reservations/"), decision.relieves)
         found.append(Move(event.time, str(d.get("flow", "")), tuple(d.get("old") or ()), tuple(d.get("new") or ()),
                           relieves))
     return found

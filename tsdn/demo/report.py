@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sdn_app.core import decisions
 from sdn_app.core.units import format_bandwidth
 from tsdn.demo.console import flow_rows
 from tsdn.demo.expectations import Result
@@ -95,7 +96,8 @@ def reroute_rows(recording: Recording) -> list[tuple[str, ...]]:
                        and start <= event.time <= end} | {(link, "cut") for link in cut if link in on_old})
         shown = [f"{link} {what}" + (" (a parallel link)" if link in parallel else "") for link, what in then]
         reason = str(d.get("reason", ""))
-        cause = d.get("cause") or (d.get("decision") or {}).get("cause")
+        decision = decisions.from_dict(d["decision"]) if d.get("decision") else None
+        cause = d.get("cause") or (decision.cause if decision is not None else None)
         rows.append((f"{event.time:.1f}", str(d.get("flow", "")), " ".join(old), " ".join(d.get("new") or ()),
                      cause or "-", ", ".join(shown) or "none", reason or "-"))
     return rows
