@@ -241,11 +241,6 @@ class Decision:
         """Why it moved the reservation to another route (one of `CAUSES`), or None: no move."""
         return _CAUSE.get(self.kind)
 
-    @property
-    def moves(self) -> bool:
-        """Whether the reservation moves to another route."""
-        return self.kind in _CAUSE
-
 
 def render(decision: Decision) -> str:
     """The reason people read, rendered from the decision."""

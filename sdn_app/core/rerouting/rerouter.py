@@ -112,10 +112,9 @@ class Rerouter:
         congested = self.watch.congested_links()
         if not congested and not self.watch.conditions():
             return None  # nothing measured: the ledger alone decides
-        finder = PathFinder(self.topology, Headroom(self.topology, self.ledger, self.watch))
-        finder.down_links = self.down_links
+        avoiding = replace(old.request, exclude=(*old.request.exclude, *sorted(congested)))
         try:
-            return finder.route(replace(old.request, exclude=(*old.request.exclude, *sorted(congested))), ignore=old.id)
+            return self._headroom_finder().route(avoiding, ignore=old.id)
         except (NoCapacity, FailedPrecondition, InvalidArgument):
             return None
 
@@ -159,16 +158,20 @@ class Rerouter:
             return self._verdict(old, Decision(Kind.NOT_MOVED, Why.ACCESS, why.evidence))
         barred = self.watch.congested_links() | self.advisor.barred_links(old.id, self.watch, now)
         avoiding = replace(old.request, exclude=(*old.request.exclude, *sorted(barred)))
-        finder = PathFinder(self.topology, Headroom(self.topology, self.ledger, self.watch))
-        finder.down_links = self.down_links
         try:
-            route = finder.route(avoiding, ignore=old.id)
+            route = self._headroom_finder().route(avoiding, ignore=old.id)
         except (NoCapacity, FailedPrecondition, InvalidArgument) as refusal:
             return self._rearrange(old, advice, why, barred, str(refusal))
         moved = self.fleet.move(old, route, Decision(Kind.MOVED, evidence=why.evidence, to=taken(route.primary),
                                                      headroom_bps=route.primary.free_bps))
         self.advisor.moved(old.id, now, advice.achieved_bps, congested_links)
         return moved
+
+    def _headroom_finder(self) -> PathFinder:
+        """A path finder on measured headroom (`relief.Headroom`) that avoids the links down now."""
+        finder = PathFinder(self.topology, Headroom(self.topology, self.ledger, self.watch))
+        finder.down_links = self.down_links
+        return finder
 
     def _verdict(self, old: Reservation, decision: Decision) -> Reservation:
         """A reservation not moved: told (an event) once while the same kind of verdict lasts."""
