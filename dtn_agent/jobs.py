@@ -11,10 +11,14 @@ Each (transfer, role) runs once, in its own thread, even when the controller han
 after a reconnect. A RECEIVE job listens on `listen` (any free port) and reports the port; a SEND
 job connects to the receiver the controller names. Every `RateReport` an engine makes goes to the
 controller once (role RECEIVE or SEND); when an answer says stop, or a STOP job comes, the
-engine's `TransferJob.cancel` event is set. The end of each side is reported as an outcome with
-the engine's final report. Reports leave from one sender thread per transfer side, so a slow or
-unreachable controller never holds up an engine: rate reports that cannot be sent are dropped
-(the next one is a second later), and the listening port and the outcome are retried for a while.
+engine's `TransferJob.cancel` event is set. A PACE job changes the pacing of the transfer's running
+sender (`TransferJob.repace`): the builtin engine follows it on its live sockets; an engine that
+cannot (iperf3, FDT, perftest) keeps its pacing, says so once in the log, and the switch's meter
+holds the rate. A PACE for a transfer with no running sender here is ignored with a log line.
+The end of each side is reported as an outcome with the engine's final report. Reports leave
+from one sender thread per transfer side, so a slow or unreachable controller never holds up an
+engine: rate reports that cannot be sent are dropped (the next one is a second later), and the
+listening port and the outcome are retried for a while.
 
 A controller restart does not stop a transfer: the controller keeps its transfers in its state
 file and picks them up. While it is away, the engines run on, rate reports are dropped, and the
@@ -38,13 +42,14 @@ from pathlib import Path
 
 import grpc
 
-from dtn_agent.engines import EngineUnavailable, TransferJob, engine_named, engine_unavailable
+from dtn_agent.engines import Engine, EngineUnavailable, Pacing, TransferJob, engine_named, engine_unavailable
 from dtn_agent.host import Nic
 from dtn_agent.pinning import NOT_PINNED_UNKNOWN_NODE, PinningPlan
 from northbound.client import ApiError, TsdnClient
 from northbound.convert import rate_out
 from northbound.proto.tsdn.v1 import agent_pb2 as pb
 from sdn_app.core.reports import RateReport, TransferResult
+from sdn_app.core.units import format_bandwidth
 from sdn_app.core.validation import MAX_OUTCOME_FILES, MAX_TEXT
 
 log = logging.getLogger(__name__)
@@ -226,6 +231,35 @@ class _Side:
         self.reporter = _Reporter(client, job.transfer, dtn, job.role, options.advertise, options.report_patience,
                                   self.stop)
         self.thread: threading.Thread | None = None
+        self.pacing = Pacing(job.pacing_bps if job.HasField("pacing_bps") else None)  # SEND: changed by PACE jobs
+        self.engine: Engine | None = None  # once built
+        self._lock = threading.Lock()
+        self._told_fixed = False
+
+    def repace(self, bps: int) -> None:
+        """A PACE job: pace the sender at `bps` from now on, if its engine can."""
+        before = self.pacing.bps
+        if bps == before:  # handed again after a reconnect
+            return
+        self.pacing.change(bps)
+        engine = self.engine
+        if engine is None or engine.repaces:  # not built yet: applied (or refused) when it starts
+            log.info("%s: pacing %s -> %sbit/s", self.job.transfer,
+                     f"{format_bandwidth(before)}bit/s" if before else "none", format_bandwidth(bps))
+        else:
+            self.pacing_fixed(engine)
+
+    def pacing_fixed(self, engine: Engine) -> None:
+        """Say, once, that `engine` keeps the pacing it started with."""
+        with self._lock:
+            if self._told_fixed:
+                return
+            self._told_fixed = True
+        start = self.job.pacing_bps if self.job.HasField("pacing_bps") else None
+        log.warning("%s: engine %s cannot change its pacing while it runs: it keeps %s; the switch's meter holds "
+                    "the rate to the reservation's (the controller asked for %sbit/s)", self.job.transfer,
+                    engine.name, f"{format_bandwidth(start)}bit/s" if start else "sending unpaced",
+                    format_bandwidth(self.pacing.bps or 0))
 
     def stop(self, reason: str) -> None:
         """Cancel the engine (the first reason given is the one reported)."""
@@ -327,6 +361,9 @@ class JobRunner:
 
     def _take(self, job: pb.TransferJob) -> None:
         """Start a new side, stop a running one, or ignore a job seen before."""
+        if job.role == pb.PACE:
+            self._pace(job)
+            return
         if job.role == pb.STOP:
             with self._lock:
                 sides = [s for (t, _), s in self._sides.items() if t == job.transfer]
@@ -349,6 +386,18 @@ class JobRunner:
                                            name=f"{ROLES[job.role]}-{job.transfer.removeprefix('transfers/')[:8]}")
         log.info("%s: %s job (engine %s)", job.transfer, ROLES[job.role], job.engine or "builtin")
         side.thread.start()
+
+    def _pace(self, job: pb.TransferJob) -> None:
+        """Change the pacing of the transfer's running sender; ignored when none runs here."""
+        with self._lock:
+            side = self._sides.get((job.transfer, pb.SEND))
+        if side is None:
+            log.info("%s: PACE job ignored: no sender of this transfer runs here (unknown or ended)", job.transfer)
+            return
+        if not job.HasField("pacing_bps") or job.pacing_bps <= 0:
+            log.warning("%s: PACE job without a positive pacing_bps ignored", job.transfer)
+            return
+        side.repace(job.pacing_bps)
 
     def _remember(self, key: tuple[str, int]) -> None:
         self._seen[key] = None
@@ -385,6 +434,10 @@ class JobRunner:
         if why:
             raise EngineUnavailable(why)
         engine = engine_named(name, fdt_jar=self.options.fdt_jar)
+        side.engine = engine
+        started = job.pacing_bps if job.HasField("pacing_bps") else None
+        if job.role == pb.SEND and side.pacing.bps != started and not engine.repaces:
+            side.pacing_fixed(engine)  # a PACE came before the engine was built
         size = job.size_bytes if job.HasField("size_bytes") else None
         destination = Path(job.destination) if job.destination else None
         transfer_id = job.transfer.removeprefix("transfers/")
@@ -394,6 +447,5 @@ class JobRunner:
             return engine.receive(spec, side.reporter.rate, side.reporter.ready)
         spec = TransferJob(transfer_id, job.peer_host, job.peer_port, streams=job.streams or 1, size=size,
                            files=tuple(Path(f) for f in job.files), destination=destination,
-                           pacing_bps=job.pacing_bps if job.HasField("pacing_bps") else None,
-                           cancel=side.cancel, **self._pinned())
+                           pacing_bps=started, cancel=side.cancel, repace=side.pacing, **self._pinned())
         return engine.send(spec, side.reporter.rate)

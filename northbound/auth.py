@@ -12,13 +12,18 @@ Tokens file (YAML), readable only by the controller's user:
       - principal: dtn-caltech-1
         role: agent               # DTN agents: register, heartbeat, report; no reservations
         dtn: caltech-a-dtn1       # optional: the one DTN this agent token may act for
+      - principal: cms-dmm
+        role: service
+        priority: 5               # elastic sharing weight, 1-1000 (default 1); requests may ask lower
+        token: "another-secret"
 
 An agent token with `dtn:` may register and heartbeat for that DTN only; an agent token
 without it may act for any DTN of the topology (fine in a lab, not at a show). `dtn:` is
 accepted on agent tokens only.
 
 Without a tokens file the controller runs in development mode: allowed only on a loopback
-address, every caller is the admin `dev`, and the start-up log says so loudly.
+address, every caller is the admin `dev` (priority 1000, the highest), and the start-up log says
+so loudly.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sdn_app.core.errors import InvalidArgument, Unauthenticated
-from sdn_app.core.reservation import Principal, Role
+from sdn_app.core.reservation import MAX_PRIORITY, Principal, Role
 from sdn_app.core.topology_schema import (
     capped_problems,
     describe_validation_error,
@@ -45,7 +50,7 @@ from sdn_app.core.topology_schema import (
 )
 
 log = logging.getLogger(__name__)
-DEV_PRINCIPAL = Principal("dev", Role.ADMIN)
+DEV_PRINCIPAL = Principal("dev", Role.ADMIN, MAX_PRIORITY)
 MIN_TOKEN_LENGTH = 16
 MAX_TOKENS_FILE_BYTES = 256 * 1024  # about 2,000 entries; a show has a few dozen
 MAX_TOKENS = 2048
@@ -59,6 +64,8 @@ class _TokenEntry(BaseModel):
     token: Annotated[str, Field(min_length=MIN_TOKEN_LENGTH, max_length=512, pattern=r"^[\x21-\x7e]+$")] | None = None
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
     dtn: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    # The highest priority (sharing weight) the principal's requests may carry; theirs by default.
+    priority: Annotated[int, Field(ge=1, le=MAX_PRIORITY, strict=True)] = 1
 
     @model_validator(mode="after")
     def _one_secret(self) -> _TokenEntry:
@@ -134,10 +141,14 @@ class Authenticator:
             log.warning("tokens file %s is readable by other users; chmod 600 it", source)
         by_digest: dict[str, Principal] = {}
         agent_dtns: dict[str, str | None] = {}
+        priorities: dict[str, int] = {}
         for i, entry in enumerate(parsed.tokens):
             if entry.digest in by_digest:
                 raise InvalidArgument(f"{source}: tokens[{i}]: the same token is given twice")
-            by_digest[entry.digest] = Principal(entry.principal, entry.role)
+            if priorities.setdefault(entry.principal, entry.priority) != entry.priority:
+                raise InvalidArgument(f"{source}: tokens[{i}]: priority {entry.priority} for {entry.principal}, "
+                                      f"given priority {priorities[entry.principal]} in an earlier entry")
+            by_digest[entry.digest] = Principal(entry.principal, entry.role, entry.priority)
             if entry.role is Role.AGENT:
                 if entry.principal in agent_dtns and agent_dtns[entry.principal] != entry.dtn:
                     raise InvalidArgument(f"{source}: tokens[{i}]: agent {entry.principal} is given another "

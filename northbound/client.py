@@ -167,15 +167,21 @@ class TsdnClient:
                            end: float | None = None, duration: float | None = None, policy: str = "shortest",
                            include: Sequence[str] = (), exclude: Sequence[str] = (), max_hops: int | None = None,
                            protect: bool = False, labels: Mapping[str, str] | None = None,
-                           request_id: str | None = None, validate_only: bool = False) -> pb.Reservation:
+                           request_id: str | None = None, validate_only: bool = False, hold: bool = False,
+                           manual_provision: bool = False, priority: int = 0,
+                           ceiling_bps: int = 0) -> pb.Reservation:
         """Reserve bandwidth from DTN `src` to DTN `dst` (times in epoch seconds; no end: until released).
 
-        `request_id` defaults to a fresh UUID that every retry of this call reuses.
+        `hold`: two phases, HELD until `commit_reservation`; `manual_provision`: no flows until
+        `provision_reservation`; `priority`: 0 for the caller's own; `ceiling_bps`: elastic, with
+        `bandwidth_bps` its floor. `request_id` defaults to a fresh UUID that every retry of this
+        call reuses.
         """
         request = pb.CreateReservationRequest(
             source_dtn=src, destination_dtn=dst, bandwidth_bps=bandwidth_bps, policy=POLICIES[policy],
             include=list(include), exclude=list(exclude), protect=protect, labels=dict(labels or {}),
-            request_id=request_id or str(uuid.uuid4()), validate_only=validate_only,
+            request_id=request_id or str(uuid.uuid4()), validate_only=validate_only, hold=hold,
+            manual_provision=manual_provision, priority=priority, ceiling_bps=ceiling_bps,
         )
         _set_window(request, start, end, duration)
         if max_hops is not None:
@@ -201,10 +207,12 @@ class TsdnClient:
     def modify_reservation(self, name: str, bandwidth_bps: int | None = None, end: float | None = None,
                            validate_only: bool = False, move: bool = False, policy: str = "shortest",
                            include: Sequence[str] = (), exclude: Sequence[str] = (),
-                           max_hops: int | None = None) -> pb.Reservation:
-        """Change bandwidth, end time (`math.inf`: until released) and/or `move` to a new path
-        computed with `policy`, `include`, `exclude` and `max_hops`."""
-        request = pb.ModifyReservationRequest(name=_name(name), validate_only=validate_only)
+                           max_hops: int | None = None, priority: int | None = None,
+                           ceiling_bps: int | None = None) -> pb.Reservation:
+        """Change bandwidth, end time (`math.inf`: until released), priority, an elastic one's
+        ceiling and/or `move` to a new path computed with `policy`, `include`, `exclude` and `max_hops`."""
+        request = pb.ModifyReservationRequest(name=_name(name), validate_only=validate_only, priority=priority,
+                                              ceiling_bps=ceiling_bps)
         if move:
             request.path.CopyFrom(pb.PathConstraints(policy=POLICIES[policy], include=include, exclude=exclude,
                                                      max_hops=max_hops))
@@ -217,6 +225,22 @@ class TsdnClient:
                 request.end_time.CopyFrom(timestamp_out(end))
         return self._call(lambda s: s.bandwidth.ModifyReservation, request)
 
+    def commit_reservation(self, name: str) -> pb.Reservation:
+        """Commit a HELD reservation."""
+        return self._call(lambda s: s.bandwidth.CommitReservation, pb.ReservationRequest(name=_name(name)))
+
+    def abort_reservation(self, name: str) -> pb.Reservation:
+        """Abort a HELD reservation, freeing its booking."""
+        return self._call(lambda s: s.bandwidth.AbortReservation, pb.ReservationRequest(name=_name(name)))
+
+    def provision_reservation(self, name: str) -> pb.Reservation:
+        """Want a reservation's flows (now in its window, else at its start)."""
+        return self._call(lambda s: s.bandwidth.ProvisionReservation, pb.ReservationRequest(name=_name(name)))
+
+    def unprovision_reservation(self, name: str) -> pb.Reservation:
+        """Remove a reservation's flows and keep its booking (NSI's release)."""
+        return self._call(lambda s: s.bandwidth.UnprovisionReservation, pb.ReservationRequest(name=_name(name)))
+
     def delete_reservation(self, name: str) -> pb.Reservation:
         """Release a reservation; returns it in its final state."""
         return self._call(lambda s: s.bandwidth.DeleteReservation, pb.DeleteReservationRequest(name=_name(name)))
@@ -224,10 +248,12 @@ class TsdnClient:
     def query_availability(self, src: str, dst: str, *, start: float | None = None, end: float | None = None,
                            duration: float | None = None, policy: str = "widest", include: Sequence[str] = (),
                            exclude: Sequence[str] = (), max_hops: int | None = None,
-                           max_paths: int = 3) -> pb.QueryAvailabilityResponse:
-        """Largest bookable bandwidth between two DTNs in a window, and candidate paths."""
+                           max_paths: int = 3, size_bytes: int = 0) -> pb.QueryAvailabilityResponse:
+        """Largest bookable bandwidth between two DTNs in a window, and candidate paths; with
+        `size_bytes`, also by when that many bytes could get there, and the schedule."""
         request = pb.QueryAvailabilityRequest(source_dtn=src, destination_dtn=dst, policy=POLICIES[policy],
-                                              include=list(include), exclude=list(exclude), max_paths=max_paths)
+                                              include=list(include), exclude=list(exclude), max_paths=max_paths,
+                                              size_bytes=size_bytes)
         _set_window(request, start, end, duration)
         if max_hops is not None:
             request.max_hops = max_hops
@@ -308,13 +334,18 @@ class TsdnClient:
     def start_transfer(self, src: str, dst: str, bandwidth_bps: int, *, size: int | None = None,
                        files: Sequence[str] = (), destination: str = "", streams: int = 1,
                        engine: str = "builtin", policy: str = "shortest",
-                       request_id: str | None = None, pace: int | None = None) -> transfer_pb.Transfer:
+                       request_id: str | None = None, pace: int | None = None,
+                       deadline: float | None = None) -> transfer_pb.Transfer:
         """Book a path and start a transfer of `size` bytes (memory-to-memory) or of `files`
         (absolute paths on `src`) into `destination` (a directory on `dst`); `pace` (bit/s, below
-        `bandwidth_bps`) holds the sender under its booking, as a slow disk would."""
+        `bandwidth_bps`) holds the sender under its booking, as a slow disk would. With a
+        `deadline` (epoch seconds; `bandwidth_bps` 0, `size` given) the controller schedules the
+        bandwidth so that the bytes arrive by then."""
         request = transfer_pb.StartTransferRequest(
             src_dtn=src, dst_dtn=dst, bandwidth_bps=bandwidth_bps, destination=destination, streams=streams,
             engine=engine, policy=POLICIES[policy], request_id=request_id or str(uuid.uuid4()), pace_bps=pace or 0)
+        if deadline is not None:
+            request.deadline.CopyFrom(timestamp_out(deadline))
         if size is not None:
             request.size_bytes = size
         if files:

@@ -7,6 +7,7 @@ naming the field, before the core sees the request.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -19,7 +20,7 @@ from sdn_app.core.decisions import Decision
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import Path, PathRequest
 from sdn_app.core.reports import MAX_STREAMS_REPORTED, Pinning, RateReport, StreamRate
-from sdn_app.core.reservation import Event, HistoryEntry, PathChoice, Reservation, State
+from sdn_app.core.reservation import Event, HistoryEntry, PathChoice, Reservation, ScheduleStep, State, Terms
 from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import LinkDirection
 from sdn_app.core.units import MAX_BANDWIDTH
@@ -171,6 +172,13 @@ def reservation_out(r: Reservation, history: list[HistoryEntry] | None = None) -
         message.path.CopyFrom(path_out(r.route.primary))
         if r.route.backup is not None:
             message.backup_path.CopyFrom(path_out(r.route.backup))
+    if r.state is State.HELD:
+        message.hold_expire_time.CopyFrom(timestamp_out(r.hold_until))
+    message.provision = r.provisioned
+    message.priority = r.priority
+    message.ceiling_bps = r.ceiling
+    message.share_bps = r.meter_bps
+    message.schedule.extend(schedule_out(r.schedule))
     for entry in history or ():
         item = pb.ReservationHistory(time=timestamp_out(entry.time), state=state_out(entry.state),
                                      reason=entry.reason)
@@ -178,6 +186,19 @@ def reservation_out(r: Reservation, history: list[HistoryEntry] | None = None) -
             item.decision.CopyFrom(decision_out(decision))
         message.history.append(item)
     return message
+
+
+def schedule_out(steps: Iterable[ScheduleStep]) -> list[pb.ScheduleStep]:
+    """The proto steps of a schedule."""
+    return [pb.ScheduleStep(start_time=timestamp_out(s.start), end_time=timestamp_out(s.end), bandwidth_bps=s.bandwidth)
+            for s in steps]
+
+
+def terms_in(request: pb.CreateReservationRequest) -> Terms:
+    """The booking terms of a CreateReservationRequest (hold, provision, priority, ceiling)."""
+    ceiling = bandwidth_in(request.ceiling_bps, "ceiling_bps") if request.ceiling_bps else 0
+    return Terms(hold=request.hold, provision=not request.manual_provision, priority=request.priority,
+                 ceiling=ceiling)
 
 
 def event_out(event: Event) -> pb.ReservationEvent:

@@ -187,11 +187,12 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
     @rpc
     def CreateReservation(self, request: pb.CreateReservationRequest, context, principal: Principal):
         bandwidth = convert.bandwidth_in(request.bandwidth_bps)
+        terms = convert.terms_in(request)
 
         def create() -> pb.Reservation:
             path_request = convert.path_request_in(request, bandwidth, self.book.clock.now(), request.protect)
             reservation = self.book.create(principal, path_request, dict(request.labels), request.request_id,
-                                           request.validate_only, _fingerprint(request))
+                                           request.validate_only, _fingerprint(request), terms)
             return convert.reservation_out(reservation)
         return self.worker.call(create)
 
@@ -229,8 +230,32 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
         else:
             end = None
         path = convert.path_choice_in(request.path) if request.HasField("path") else None
+        priority = request.priority if request.HasField("priority") else None
+        if priority == 0:
+            raise InvalidArgument("priority: from 1 up to your own; leave it out to keep the reservation's")
+        ceiling = convert.bandwidth_in(request.ceiling_bps, "ceiling_bps") if request.HasField("ceiling_bps") else None
         return self.worker.call(lambda: convert.reservation_out(
-            self.book.modify(principal, request.name, bandwidth, end, request.validate_only, path)))
+            self.book.modify(principal, request.name, bandwidth, end, request.validate_only, path, priority, ceiling)))
+
+    @rpc
+    def CommitReservation(self, request: pb.ReservationRequest, context, principal: Principal):
+        convert.name_in(request.name)
+        return self.worker.call(lambda: convert.reservation_out(self.book.commit(principal, request.name)))
+
+    @rpc
+    def AbortReservation(self, request: pb.ReservationRequest, context, principal: Principal):
+        convert.name_in(request.name)
+        return self.worker.call(lambda: convert.reservation_out(self.book.abort(principal, request.name)))
+
+    @rpc
+    def ProvisionReservation(self, request: pb.ReservationRequest, context, principal: Principal):
+        convert.name_in(request.name)
+        return self.worker.call(lambda: convert.reservation_out(self.book.provision(principal, request.name)))
+
+    @rpc
+    def UnprovisionReservation(self, request: pb.ReservationRequest, context, principal: Principal):
+        convert.name_in(request.name)
+        return self.worker.call(lambda: convert.reservation_out(self.book.unprovision(principal, request.name)))
 
     @rpc
     def DeleteReservation(self, request: pb.DeleteReservationRequest, context, principal: Principal):

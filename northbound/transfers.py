@@ -19,6 +19,7 @@ from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.reservation import Principal
 from sdn_app.core.transfers import (
     MAX_FILES,
+    SIDES,
     Job,
     JobRole,
     Transfer,
@@ -30,13 +31,14 @@ from sdn_app.core.transfers import (
 from sdn_app.worker import transfer_topic
 
 ENDED = {pb.TRANSFER_SUCCEEDED, pb.TRANSFER_FAILED, pb.TRANSFER_CANCELLED}
-_ROLES = {JobRole.RECEIVE: agent_pb.RECEIVE, JobRole.SEND: agent_pb.SEND, JobRole.STOP: agent_pb.STOP}
+_ROLES = {JobRole.RECEIVE: agent_pb.RECEIVE, JobRole.SEND: agent_pb.SEND, JobRole.STOP: agent_pb.STOP,
+          JobRole.PACE: agent_pb.PACE}
 
 
 def role_in(value: int) -> JobRole:
-    """The core's side of a `TransferRole` (RECEIVE or SEND)."""
+    """The core's side of a `TransferRole` (RECEIVE or SEND: the roles a report may have)."""
     for role, number in _ROLES.items():
-        if number == value and role is not JobRole.STOP:
+        if number == value and role in SIDES:
             return role
     raise InvalidArgument("role: RECEIVE or SEND")
 
@@ -56,7 +58,7 @@ def job_out(job: Job) -> agent_pb.TransferJob:
 
 def spec_in(request: pb.StartTransferRequest) -> TransferSpec:
     """The core's `TransferSpec` of a StartTransferRequest: lengths and sizes checked here, the
-    rest by the desk."""
+    rest by the desk (a deadline in the past too: it knows the time)."""
     convert.name_in(request.src_dtn, "src_dtn", required=True)
     convert.name_in(request.dst_dtn, "dst_dtn", required=True)
     convert.name_in(request.engine, "engine")
@@ -67,8 +69,10 @@ def spec_in(request: pb.StartTransferRequest) -> TransferSpec:
         validation.whole(request.size_bytes, "size_bytes", 0, validation.MAX_COUNT)  # 0: the desk says why
     elif which == "files":
         files = validation.texts(request.files.paths, "files.paths", MAX_FILES, validation.MAX_PATH)
+    deadline = convert.timestamp_in(request.deadline, "deadline") if request.HasField("deadline") else None
     return TransferSpec(
-        src=request.src_dtn, dst=request.dst_dtn, bandwidth=convert.bandwidth_in(request.bandwidth_bps),
+        src=request.src_dtn, dst=request.dst_dtn, deadline=deadline,  # with a deadline 0 (the desk says why not)
+        bandwidth=convert.bandwidth_in(request.bandwidth_bps) if deadline is None or request.bandwidth_bps else 0,
         size=request.size_bytes if which == "size_bytes" else None,
         files=files, destination=request.destination,
         streams=request.streams or 1, engine=request.engine or "builtin", policy=convert.policy_in(request.policy),
@@ -85,7 +89,8 @@ def transfer_out(transfer: Transfer, scale: float, path: tuple[str, ...] = ()) -
     switches its reservation crosses now."""
     spec = transfer.spec
     message = pb.Transfer(
-        name=transfer.name, owner=transfer.owner, src_dtn=spec.src, dst_dtn=spec.dst, bandwidth_bps=spec.bandwidth,
+        name=transfer.name, owner=transfer.owner, src_dtn=spec.src, dst_dtn=spec.dst,
+        bandwidth_bps=transfer.bandwidth,
         files=spec.files, destination=spec.destination, streams=spec.streams, engine=spec.engine,
         state=state_out(transfer.state), reason=transfer.reason,
         reservation=f"reservations/{transfer.reservation_id}",
@@ -95,6 +100,13 @@ def transfer_out(transfer: Transfer, scale: float, path: tuple[str, ...] = ()) -
         message.size_bytes = spec.size
     if spec.pace is not None:
         message.pace_bps = spec.pace
+    if spec.deadline is not None:
+        message.deadline.CopyFrom(convert.timestamp_out(spec.deadline))
+    if transfer.projected_finish is not None:
+        message.projected_finish_time.CopyFrom(convert.timestamp_out(transfer.projected_finish))
+    message.schedule.extend(pb.TransferStep(start_time=convert.timestamp_out(step.start),
+                                            end_time=convert.timestamp_out(step.end), bandwidth_bps=step.bandwidth)
+                            for step in transfer.schedule)
     if transfer.rate is not None:
         message.rate.CopyFrom(rate_out(transfer.rate))
         message.nominal_bps = transfer.rate.bits_per_second / scale

@@ -13,7 +13,7 @@ from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import Fenced, NoCapacity
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.reservation import Principal, Role
+from sdn_app.core.reservation import Principal, Role, State, Terms
 from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.ha.etcd import Etcd, b64, prefix_end, unb64
@@ -69,6 +69,26 @@ def test_the_next_leader_loads_what_the_last_one_committed(etcd, topology):
     assert [b.id for b in second.ledger.bookings()] == [kept.id]
     with pytest.raises(NoCapacity):  # the loaded booking holds its capacity: 60G + 60G on s1>s2 does not fit
         second.create(ADMIN, request("dtn1", "dtn3", 60))
+
+
+def test_a_hold_and_an_elastic_share_survive_a_failover(etcd, topology):
+    client = Etcd(etcd.url)
+    first = leader_book(client, topology)
+    held = first.create(ADMIN, request("dtn1", "dtn5", 60), terms=Terms(hold=True))
+    elastic = first.create(Principal("noc", Role.ADMIN, priority=5), request("dtn2", "dtn6", 10),
+                           terms=Terms(ceiling=50 * 10**9, priority=3))
+    share = first.get(ADMIN, elastic.name).meter_bps
+    assert 10 * 10**9 < share <= 50 * 10**9
+    first.ledger.flush()
+
+    second = leader_book(client, topology)  # the next leader
+    kept = second.get(ADMIN, held.name)
+    assert kept.state is State.HELD and kept.hold_until == held.hold_until
+    with pytest.raises(NoCapacity):  # the hold still counts against capacity
+        second.create(ADMIN, request("dtn1", "dtn3", 60))
+    shared = second.get(ADMIN, elastic.name)
+    assert (shared.ceiling, shared.priority, shared.meter_bps) == (50 * 10**9, 3, share)
+    assert second.commit(ADMIN, held.name).state is State.ACTIVE
 
 
 def test_a_create_is_one_etcd_transaction(etcd, topology):

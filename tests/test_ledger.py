@@ -13,8 +13,9 @@ import pytest
 
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NoCapacity, NotFound
-from sdn_app.core.ledger import Booking, Ledger
+from sdn_app.core.ledger import STEPS_KEY, Booking, Ledger
 from sdn_app.core.paths import PathFinder, PathRequest
+from sdn_app.core.reservation import ScheduleStep
 from sdn_app.core.topology import Topology
 from sdn_app.core.topology_schema import parse_topology_spec
 
@@ -822,3 +823,183 @@ def test_shortest_route_refused_when_ring_is_full(ring: Topology, db: Path) -> N
     # The reverse direction is untouched.
     assert finder.route(PathRequest("dtn3", "dtn1", 10 * G, 10, 20)).primary.hop_count == 2
     led.close()
+
+
+# -- stepped bookings (a deadline transfer's schedule) ---------------------------------------
+
+# 80G over [0, 10), 20G over [10, 20), 60G over [20, 30)
+PROFILE = [(0, 10, 80 * G), (10, 20, 20 * G), (20, 30, 60 * G)]
+
+
+def test_stepped_booking_holds_each_step_in_its_span(ledger: Ledger) -> None:
+    booking = ledger.reserve(["a"], None, None, None, booking_id="s", steps=PROFILE)
+    assert (booking.bandwidth, booking.start, booking.end) == (80 * G, 0, 30)  # the peak and the window
+    assert booking.stepped and booking.segments == tuple(PROFILE)
+    assert ledger.used("a", 0, 10) == 80 * G
+    assert ledger.used("a", 10, 20) == 20 * G
+    assert ledger.used("a", 12, 25) == 60 * G
+    assert ledger.used("a", 30, 40) == 0
+    assert ledger.usage("a", 5, 40) == [(5, 10, 80 * G), (10, 20, 20 * G), (20, 30, 60 * G), (30, 40, 0)]
+    # Each step is admitted against what is free in its own span, not against the peak.
+    ledger.reserve(["a"], 80 * G, 10, 20, booking_id="fills-the-dip")
+    with pytest.raises(NoCapacity) as err:
+        ledger.reserve(["a"], 20 * G + 1, 0, 10)
+    assert err.value.free_bps == 20 * G
+    ledger.reserve(["a"], 40 * G, 20, 30, booking_id="beside-the-last")
+    with pytest.raises(NoCapacity):
+        ledger.reserve(["a"], 1, 25, 26)
+    plain = ledger.reserve(["b"], 5 * G, 0, 10)
+    assert not plain.stepped and plain.segments == ((0, 10, 5 * G),)
+
+
+def test_stepped_booking_is_admitted_per_step_and_refused_naming_the_step(ledger: Ledger, db: Path) -> None:
+    ledger.reserve(["b"], 90 * G, 12, 14, booking_id="busy-b")
+    before = state(ledger)
+    with pytest.raises(NoCapacity, match=r"link b has 10G free.*20G requested \(step 2 of 3 of its schedule\)") as err:
+        ledger.reserve(["a", "b"], None, None, None, booking_id="s", steps=PROFILE)
+    assert (err.value.bottleneck, err.value.free_bps) == ("b", 10 * G)
+    assert state(ledger) == before and [row[0] for row in db_rows(db)] == ["busy-b"]  # nothing booked on "a" either
+    # The what-if says the same and books nothing; at 10G the dip fits.
+    with pytest.raises(NoCapacity, match="step 2 of 3"):
+        ledger.check(["a", "b"], None, None, None, steps=PROFILE)
+    fitting = [(0, 10, 80 * G), (10, 20, 10 * G), (20, 30, 60 * G)]
+    ledger.check(["a", "b"], None, None, None, steps=fitting)
+    assert state(ledger) == before
+    assert ledger.reserve(["a", "b"], 80 * G, 0, 30, booking_id="s", steps=fitting).segments == tuple(fitting)
+
+
+def test_stepped_booking_takes_schedule_steps(ledger: Ledger) -> None:
+    steps = [ScheduleStep(0.0, 3200.0, 100 * G), ScheduleStep(3200.0, 4000.0, 7)]
+    booking = ledger.reserve(["a"], None, None, None, steps=steps)
+    assert booking.segments == ((0.0, 3200.0, 100 * G), (3200.0, 4000.0, 7))
+    assert ledger.used("a", 3200, 4000) == 7
+
+
+@pytest.mark.parametrize("steps, given, field", [
+    ([], {}, "at least one step"),
+    ([(0, 10, G), (11, 20, G)], {}, r"steps\[1\].*contiguous"),  # a gap
+    ([(10, 20, G), (0, 10, G)], {}, r"steps\[1\].*contiguous"),  # out of order
+    ([(0, 10, G), (10, 10, G)], {}, r"steps\[1\]: end"),  # empty
+    ([(0, 10, G), (10, 20, 0)], {}, r"steps\[1\]: bandwidth"),
+    ([(0, 10, G), (10, 20, 1.5)], {}, r"steps\[1\]: bandwidth"),
+    ([(0, 10, G), (10, 20, True)], {}, r"steps\[1\]: bandwidth"),
+    ([(0, math.inf, G), (math.inf, math.inf, G)], {}, r"steps\[0\]: end"),  # open only at the end
+    ([(-1, 10, G)], {}, r"steps\[0\]: start"),
+    ([(0, 10)], {}, r"steps\[0\]: expected"),
+    ([(0, 10, G)], {"bandwidth": 2 * G}, "bandwidth"),
+    ([(0, 10, G)], {"start": 1}, "start"),
+    ([(0, 10, G)], {"end": 11}, "end"),
+])
+def test_bad_steps_invalid_and_nothing_booked(ledger: Ledger, db: Path, steps: list, given: dict,
+                                               field: str) -> None:
+    args = {"bandwidth": None, "start": None, "end": None, **given}
+    with pytest.raises(InvalidArgument, match=field):
+        ledger.reserve(["a"], args["bandwidth"], args["start"], args["end"], steps=steps)
+    assert ledger.bookings() == [] and db_rows(db) == []
+
+
+def test_a_booking_without_steps_still_needs_its_window_and_bandwidth(ledger: Ledger) -> None:
+    with pytest.raises(InvalidArgument, match="needs a bandwidth"):
+        ledger.reserve(["a"], None, 0, 10)
+    with pytest.raises(InvalidArgument, match="ledger's own key"):
+        ledger.reserve(["a"], G, 0, 10, meta={STEPS_KEY: []})
+
+
+def test_stepped_booking_reopens_identical_and_stores_its_peak_in_the_row(ledger: Ledger, db: Path) -> None:
+    stepped = ledger.reserve(["a", "b"], None, None, None, booking_id="s", steps=PROFILE, meta={"dtn": "dtn1"})
+    open_ended = ledger.reserve(["c"], None, None, None, booking_id="t",
+                                steps=[(0.5, 10.25, 3 * G), (10.25, math.inf, G)])
+    ledger.reserve(["d"], G, 0, 10, booking_id="u")
+    assert reopened(db) == ledger.bookings() == [stepped, open_ended, ledger.get("u")]
+    again = reopened(db)
+    assert again[0].segments == tuple(PROFILE) and again[0].meta == {"dtn": "dtn1"}
+    assert again[1].end == math.inf and again[1].segments[-1] == (10.25, math.inf, G)
+    # A reader that knows nothing of steps sees a constant booking at the peak: more, never less.
+    row = db_rows(db)[0]
+    assert row[:4] == ("s", 80 * G, 0, 30)
+    assert STEPS_KEY in row[5]
+    other = Ledger(CAPS, db, FakeClock(0))
+    try:
+        assert other.used("a", 10, 20) == 20 * G and other.used("c", 20, 30) == G
+    finally:
+        other.close()
+
+
+def test_stepped_booking_moves_with_its_steps_checked_on_the_new_path(ledger: Ledger, db: Path) -> None:
+    ledger.reserve(["a"], None, None, None, booking_id="s", steps=PROFILE)
+    ledger.reserve(["c"], 50 * G, 20, 25, booking_id="busy-c")  # leaves 50G where the last step needs 60G
+    ledger.reserve(["b"], 80 * G, 10, 20, booking_id="busy-b")  # leaves exactly the 20G dip
+    before = state(ledger)
+    with pytest.raises(NoCapacity, match=r"link c has 50G free.*step 3 of 3") as err:
+        ledger.modify("s", directions=["c"])
+    assert err.value.bottleneck == "c"
+    assert state(ledger) == before
+    moved = ledger.modify("s", directions=["b"])
+    assert moved.segments == tuple(PROFILE) and moved.directions == ("b",)
+    assert ledger.used("a", 0, 30) == 0
+    assert ledger.used("b", 10, 20) == 100 * G
+    # Its own old steps are not counted against it: moving back and forth is fine.
+    assert ledger.modify("s", directions=["b", "a"]).segments == tuple(PROFILE)
+    assert reopened(db) == ledger.bookings()
+
+
+def test_stepped_booking_keeps_its_bandwidth_and_end(ledger: Ledger, db: Path) -> None:
+    ledger.reserve(["a"], None, None, None, booking_id="s", steps=PROFILE)
+    before = state(ledger)
+    with pytest.raises(FailedPrecondition, match="a stepped booking's bandwidth is its schedule's"):
+        ledger.modify("s", bandwidth=10 * G)
+    with pytest.raises(FailedPrecondition, match="a stepped booking's end is its schedule's"):
+        ledger.modify("s", end=40)
+    with pytest.raises(FailedPrecondition):
+        ledger.modify("s", bandwidth=80 * G, end=31, directions=["b"])
+    assert state(ledger) == before
+    # Its own bandwidth and end (as a caller that always sends them does) change nothing.
+    same = ledger.modify("s", bandwidth=80 * G, end=30, meta={"n": 1})
+    assert same.segments == tuple(PROFILE) and same.meta == {"n": 1}
+    assert reopened(db) == [same]
+    with pytest.raises(NotFound):
+        ledger.modify("nobody", bandwidth=1)
+
+
+def test_stepped_booking_releases_and_expires(ledger: Ledger, clock: FakeClock, db: Path) -> None:
+    ledger.reserve(["a"], None, None, None, booking_id="s", steps=PROFILE)
+    ledger.reserve(["a"], None, None, None, booking_id="later", steps=[(30, 35, G), (35, 40, 2 * G)])
+    assert ledger.release("s").segments == tuple(PROFILE)
+    assert ledger.used("a", 0, 30) == 0
+    ledger.reserve(["a"], None, None, None, booking_id="s", steps=PROFILE)
+    clock.set(30)
+    assert [b.id for b in ledger.expire()] == ["s"]
+    assert ledger.expire(39.9) == []
+    assert [b.id for b in ledger.expire(40)] == ["later"]
+    assert len(ledger) == 0 and db_rows(db) == []
+
+
+def test_ignore_clips_a_stepped_booking_to_the_window(ledger: Ledger) -> None:
+    # The stepped booking peaks outside [12, 18); ignoring another booking must not count its peak.
+    ledger.reserve(["a"], None, None, None, booking_id="s", steps=PROFILE)
+    ledger.reserve(["a"], 5 * G, 10, 30, booking_id="other")
+    assert ledger.used("a", 12, 18) == 25 * G
+    assert ledger.used("a", 12, 18, ignore="other") == 20 * G
+    assert ledger.used("a", 12, 18, ignore="s") == 5 * G
+    assert ledger.used("a", 5, 25, ignore="other") == 80 * G
+    assert ledger.usage("a", 0, 30, ignore="other") == [(0, 10, 80 * G), (10, 20, 20 * G), (20, 30, 60 * G)]
+    assert ledger.usage("a", 0, 30, ignore="s") == [(0, 10, 0), (10, 30, 5 * G)]
+    # A move of "other" is admitted against the dip, not the peak.
+    assert ledger.modify("other", bandwidth=80 * G, end=20) is not None
+    with pytest.raises(NoCapacity):
+        ledger.modify("other", end=21)
+
+
+def test_overbooked_follows_the_steps(db: Path) -> None:
+    clock = FakeClock(0)
+    led = Ledger(CAPS, db, clock)
+    led.reserve(["a"], None, None, None, booking_id="s", steps=PROFILE)
+    led.reserve(["a"], 30 * G, 10, 20, booking_id="dip")
+    led.close()
+    again = Ledger({**CAPS, "a": 70 * G}, db, clock)
+    try:
+        [over] = again.overbooked()  # only the first step is above 70G; the dip holds 50G
+        assert (over.booked, over.start, over.end, over.bookings) == (80 * G, 0, 10, ("s",))
+        assert again.overbooked(10) == []
+    finally:
+        again.close()

@@ -2,11 +2,14 @@
 
 A hypothesis state machine draws a set of link directions with small capacities and runs
 random reserve / modify / release / expire / clock-advance / reopen steps with small integer
-windows that overlap a lot (some open-ended). The model keeps the expected bookings and
-decides every admission by brute force (summing the bookings active at each instant), never
-through the ledger's own code. After every step:
-- `bookings()` equals the model, so refused and failed steps changed nothing;
-- no direction carries more than its capacity at any booking start (where use can rise);
+windows that overlap a lot (some open-ended), stepped bookings (a profile of 1 to 4 contiguous
+steps, each with a bandwidth of its own) mixed in with constant ones. The model keeps the
+expected bookings and decides every admission by brute force (summing, at each instant, the
+step of every booking active then), never through the ledger's own code. After every step:
+- `bookings()` equals the model, so refused and failed steps changed nothing, and a second
+  ledger opened on the file (and the ledger reopened at the end) loads the same bookings,
+  steps included;
+- no direction carries more than its capacity at any step's start (where use can rise);
 and every outcome (admitted, or which error, naming which direction with how much free)
 is the one brute force predicts: no false refusals, no over-admissions.
 """
@@ -24,8 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from sdn_app.core.clock import FakeClock
-from sdn_app.core.errors import AlreadyExists, InvalidArgument, NoCapacity, NotFound
-from sdn_app.core.ledger import Booking, Ledger
+from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NoCapacity, NotFound
+from sdn_app.core.ledger import Booking, Ledger, Span
 
 IDS = [f"b{i}" for i in range(8)]
 CAPACITIES = st.sampled_from([10, 20, 30, 50, 100])
@@ -42,15 +45,21 @@ META = st.dictionaries(
 )
 
 
+def spans(booking: Booking) -> list[tuple[float, float, int]]:
+    """What `booking` holds over time, read from its fields (not from `segments`)."""
+    return list(booking.steps) if booking.steps else [(booking.start, booking.end, booking.bandwidth)]
+
+
 def active_use(bookings: list[Booking], direction: str, t: float, ignore: str | None = None) -> int:
-    """Bandwidth booked on `direction` at instant `t` (windows are [start, end))."""
-    return sum(b.bandwidth for b in bookings
-               if direction in b.directions and b.id != ignore and b.start <= t < b.end)
+    """Bandwidth booked on `direction` at instant `t` (windows and steps are [start, end))."""
+    return sum(bw for b in bookings if direction in b.directions and b.id != ignore
+               for start, end, bw in spans(b) if start <= t < end)
 
 
 def peak(bookings: list[Booking], direction: str, start: float, end: float, ignore: str | None = None) -> int:
-    """Largest use of `direction` at any instant of [start, end): use only rises at a start."""
-    instants = {start} | {b.start for b in bookings if direction in b.directions and start <= b.start < end}
+    """Largest use of `direction` at any instant of [start, end): use only rises at a step's start."""
+    instants = {start} | {s for b in bookings if direction in b.directions
+                          for s, _, _ in spans(b) if start <= s < end}
     return max(active_use(bookings, direction, t, ignore) for t in instants)
 
 
@@ -83,9 +92,10 @@ class LedgerMachine(RuleBasedStateMachine):
             return InvalidArgument, None, None
         others = list(self.model.values())
         for d in booking.directions:
-            used = peak(others, d, booking.start, booking.end, ignore)
-            if used + bw > self.caps[d]:
-                return NoCapacity, d, max(self.caps[d] - used, 0)
+            for start, end, step_bw in spans(booking):
+                used = peak(others, d, start, end, ignore)
+                if used + step_bw > self.caps[d]:
+                    return NoCapacity, d, max(self.caps[d] - used, 0)
         return None, None, None
 
     def check_refusal(self, error: Exception, expected: tuple, booking: Booking, ignore: str | None) -> None:
@@ -95,8 +105,8 @@ class LedgerMachine(RuleBasedStateMachine):
             assert error.bottleneck == bottleneck
             assert error.free_bps == free
             # Not a false refusal: by brute force the named direction really lacks the room.
-            used = peak(list(self.model.values()), error.bottleneck, booking.start, booking.end, ignore)
-            assert used + booking.bandwidth > self.caps[error.bottleneck]
+            assert any(peak(list(self.model.values()), error.bottleneck, start, end, ignore) + bw
+                       > self.caps[error.bottleneck] for start, end, bw in spans(booking))
 
     def snapshot(self) -> list[Booking]:
         return self.ledger.bookings()
@@ -142,6 +152,36 @@ class LedgerMachine(RuleBasedStateMachine):
         assert got == booking
         self.model[booking_id] = booking
 
+    @rule(booking_id=st.sampled_from(IDS), offset=OFFSETS, count=st.integers(1, 3), data=st.data(),
+          steps=st.lists(st.tuples(st.integers(1, 6), st.integers(1, 40)), min_size=1, max_size=4),
+          open_end=st.booleans())
+    def reserve_stepped(self, booking_id: str, offset: int, count: int, data, steps: list[tuple[int, int]],
+                        open_end: bool) -> None:
+        """A profile of contiguous steps (the last one maybe open-ended) on 1 to 3 directions."""
+        directions = self.draw_directions(data, count)
+        at = max(0, int(self.clock.now()) + offset)
+        profile = []
+        for length, bw in steps:
+            profile.append(Span(float(at), float(at + length), bw))
+            at += length
+        if open_end:
+            profile[-1] = profile[-1]._replace(end=math.inf)
+        booking = Booking(booking_id, max(bw for _, bw in steps), profile[0].start, profile[-1].end,
+                          unique(directions), {}, tuple(profile))
+        expected = (AlreadyExists, None, None) if booking_id in self.model else self.expected_error(booking, None)
+        before = self.snapshot()
+        try:
+            got = self.ledger.reserve(directions, None, None, None, booking_id=booking_id, steps=profile)
+        except (AlreadyExists, InvalidArgument, NoCapacity) as error:
+            event(f"stepped reserve refused: {type(error).__name__}")
+            self.check_refusal(error, expected, booking, ignore=None)
+            assert self.snapshot() == before
+            return
+        assert expected[0] is None, f"admitted, but brute force expected {expected}"
+        event("stepped reserve admitted")
+        assert got == booking
+        self.model[booking_id] = booking
+
     @rule(data=st.data(), bandwidth=st.one_of(st.none(), BANDWIDTHS),
           length=st.one_of(st.none(), LENGTHS), count=st.one_of(st.none(), DIRECTION_COUNTS))
     def modify(self, data, bandwidth: int | None, length: float | None, count: int | None) -> None:
@@ -163,6 +203,15 @@ class LedgerMachine(RuleBasedStateMachine):
             end=old.end if end is None else end,
             directions=old.directions if directions is None else unique(directions),
         )
+        changes_profile = (bandwidth is not None and bandwidth != old.bandwidth) or (end is not None and end != old.end)
+        if old.steps and changes_profile:
+            try:
+                self.ledger.modify(booking_id, bandwidth=bandwidth, end=end, directions=directions)
+            except FailedPrecondition:
+                event("stepped modify refused: FailedPrecondition")
+                assert self.snapshot() == before
+                return
+            raise AssertionError(f"a stepped booking's bandwidth or end changed: {bandwidth}, {end}")
         expected = self.expected_error(new, ignore=booking_id)
         try:
             got = self.ledger.modify(booking_id, bandwidth=bandwidth, end=end, directions=directions)
@@ -240,7 +289,7 @@ class LedgerMachine(RuleBasedStateMachine):
             return
         bookings = self.snapshot()
         for direction, capacity in self.caps.items():
-            for t in {b.start for b in bookings if direction in b.directions}:
+            for t in {s for b in bookings if direction in b.directions for s, _, _ in spans(b)}:
                 assert active_use(bookings, direction, t) <= capacity, (direction, t)
 
     def teardown(self) -> None:

@@ -581,7 +581,8 @@ def test_reflection_lets_a_generic_client_call_every_rpc(controller):
         bandwidth = pool.FindServiceByName("tsdn.v1.BandwidthService")
         assert {m.name for m in bandwidth.methods} == {
             "CreateReservation", "GetReservation", "ListReservations", "ModifyReservation", "DeleteReservation",
-            "QueryAvailability", "WatchReservations"}
+            "QueryAvailability", "WatchReservations", "CommitReservation", "AbortReservation",
+            "ProvisionReservation", "UnprovisionReservation"}
         topology = pool.FindServiceByName("tsdn.v1.TopologyService")
 
         def method(service, method_name):

@@ -24,7 +24,8 @@ from sdn_app.core.replication import Replica
 from sdn_app.core.rerouting.advisor import RateAdvisor
 from sdn_app.core.rerouting.policy import ReroutePolicy
 from sdn_app.core.reservation import Principal, Role
-from sdn_app.core.reservations import DEFAULT_KEEP_ENDED, ReservationBook, Sweeper
+from sdn_app.core.reservations import DEFAULT_HOLD_TIMEOUT, DEFAULT_KEEP_ENDED, ReservationBook, Sweeper
+from sdn_app.core.shares import DEFAULT_SHARE_STEP
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfers import TransferDesk
 from sdn_app.core.utilization import DirectionLoad
@@ -54,6 +55,8 @@ class ControllerConfig:
     http_required: bool = True  # False: a busy listen_http is a warning (the CLI's default address), not an error
     allow_plaintext_tokens: bool = False  # serve --tokens without TLS beyond loopback (warned about loudly)
     keep_ended: float = DEFAULT_KEEP_ENDED  # seconds an ended reservation stays in memory (inf: for good)
+    hold_timeout: float = DEFAULT_HOLD_TIMEOUT  # seconds a two-phase hold waits for its commit
+    share_step: float = DEFAULT_SHARE_STEP  # elastic meters change when a share moves more than this x ceiling
     max_streams: int = DEFAULT_MAX_STREAMS  # server streams (Watch*, TakeJobs, ...) open at once, in total
     max_streams_per_principal: int = DEFAULT_MAX_STREAMS_PER_PRINCIPAL  # ... and per principal
     reroute: ReroutePolicy = field(default_factory=ReroutePolicy)  # when and where rates move reservations
@@ -121,7 +124,8 @@ class Controller:
                                         store=self.ledger)
             self.book = ReservationBook(self.topology, self.ledger, config.clock,
                                         provisioning=config.listen_openflow is not None,
-                                        advisor=RateAdvisor(config.reroute), keep_ended=config.keep_ended)
+                                        advisor=RateAdvisor(config.reroute), keep_ended=config.keep_ended,
+                                        hold_timeout=config.hold_timeout, share_step=config.share_step)
             for repair in self.book.repairs:  # bookings that no longer fit the topology: never silently
                 log.warning("%s: %s %s: %s", config.state, repair.reservation, repair.action, repair.reason)
             self.book.host_limits = self.agents.host_limit

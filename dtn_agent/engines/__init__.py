@@ -18,6 +18,11 @@ time, so that an agent can refuse a job before anything starts.
 A job may carry a `cancel` event: once it is set, the engine stops its side as soon as it can and
 returns `ok=False` with the error "cancelled" (the external engines kill their tool's process
 group). An engine that does not watch it runs the job to its end.
+
+A sending job may carry a `repace` (`Pacing`): the agent changes it when the controller hands a
+PACE job (the reservation's meter changed). An engine whose `repaces` is true follows it on its
+live connections; the others (iperf3, FDT, perftest fix their rate when they start) keep the
+pacing they started with, and the switch's meter holds the rate.
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ class TransferJob:
     pin_note: str = ""  # why not pinned, or what to know about the pinning (said in every report)
     cancel: threading.Event | None = field(default=None, compare=False, hash=False, repr=False)
     """Set it to stop this side now: the engine returns ok=False, error "cancelled". None: not cancellable."""
+    repace: Pacing | None = field(default=None, compare=False, hash=False, repr=False)
+    """Sender: its pacing changed while it runs (followed by engines that `repaces`). None: fixed at `pacing_bps`."""
 
     def plan(self) -> PinningPlan:
         """The pinning this job asks for (empty, with its note, when it names no CPUs)."""
@@ -94,10 +101,48 @@ class TransferJob:
             raise ValueError(f"side must be 'send' or 'receive', not {side!r}")
 
 
+class Pacing:
+    """A running sender's pacing (bits per second, all streams together), changed from another
+    thread while the engine sends: the agent `change`s it, an engine that can repace `follow`s it."""
+
+    def __init__(self, bps: int | None = None) -> None:
+        self._lock = threading.Lock()
+        self._bps = bps
+        self._changed = False
+        self._apply: Callable[[int], None] | None = None
+
+    @property
+    def bps(self) -> int | None:
+        """The pacing now (None: unpaced)."""
+        with self._lock:
+            return self._bps
+
+    def change(self, bps: int) -> None:
+        """Pace the sender at `bps` from now on (applied at once when an engine follows)."""
+        if bps <= 0:
+            raise ValueError(f"pacing_bps must be positive, not {bps}")
+        with self._lock:
+            self._bps, self._changed = bps, True
+            apply = self._apply
+        if apply is not None:
+            apply(bps)
+
+    def follow(self, apply: Callable[[int], None] | None) -> None:
+        """The engine: call `apply(bps)` on every change from now on (None: no more), and at once
+        with a change made before it followed."""
+        with self._lock:
+            self._apply = apply
+            pending = self._bps if self._changed and apply is not None else None
+        if apply is not None and pending is not None:
+            apply(pending)
+
+
 class Engine(Protocol):
-    """A transfer engine: one side of one transfer per call."""
+    """A transfer engine: one side of one transfer per call; `repaces`: whether its sender follows
+    a job's `repace` while it runs."""
 
     name: str
+    repaces: bool
 
     def receive(self, job: TransferJob, reports: ReportSink, ready: ReadyCallback | None = None) -> TransferResult:
         """Listen on `job.host`:`job.port`, take one transfer and return how it ended."""

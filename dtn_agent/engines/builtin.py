@@ -184,6 +184,15 @@ def set_pacing(sock: socket.socket, bytes_per_second: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("=I", min(bytes_per_second, 2**32 - 1)))
 
 
+def _pace_all(sockets: list[socket.socket | None], bits_per_second: int) -> None:
+    """Pace a running sender's streams at `bits_per_second` together, split evenly as at its start."""
+    per_stream = max(1, bits_per_second // 8 // len(sockets))
+    for sock in sockets:
+        if sock is not None:
+            with contextlib.suppress(OSError):  # closed meanwhile: the transfer is ending
+                set_pacing(sock, per_stream)
+
+
 def _recv_exact(sock: socket.socket, view: memoryview, what: str) -> None:
     got = 0
     while got < len(view):
@@ -308,6 +317,7 @@ class BuiltinEngine:
     """
 
     name = "builtin"
+    repaces = True  # SO_MAX_PACING_RATE changes on its live sockets
 
     def __init__(self, chunk_size: int = DEFAULT_CHUNK, buffer_size: int | None = None,
                  recv_buffer_size: int = DEFAULT_RECV_BUFFER,
@@ -353,6 +363,8 @@ class BuiltinEngine:
                 if job.pacing_bps:
                     set_pacing(sock, max(1, job.pacing_bps // 8 // job.streams))
             control.settimeout(None)
+            if job.repace is not None:
+                job.repace.follow(lambda bps: _pace_all(sockets, bps))
             meter.start()
             errors = self._run_senders(job, header, files, sockets, meter, sums, queue)
             if errors:
@@ -375,6 +387,8 @@ class BuiltinEngine:
             return TransferResult(summary, ok=False, error=CANCELLED if cancel.cancelled else message,
                                   checksums_verified=False if files else None, files=tuple(n for _, n in files))
         finally:
+            if job.repace is not None:
+                job.repace.follow(None)
             cancel.end()
             _close_all([*sockets, control])
 

@@ -728,6 +728,7 @@ class FdtEngine:
     """
 
     name = ENGINE
+    repaces = False  # FDT fixes -limit when it starts: the switch's meter holds a changed rate
 
     def __init__(
         self,

@@ -509,6 +509,7 @@ class Iperf3Engine:
     """
 
     name = ENGINE
+    repaces = False  # iperf3 fixes -b when it starts: the switch's meter holds a changed rate
 
     def __init__(self, binary: str = "iperf3", json_stream: bool | None = None, timeout: float | None = None):
         self.binary = binary

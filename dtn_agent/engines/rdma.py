@@ -343,6 +343,7 @@ class RdmaEngine:
     """
 
     name = ENGINE
+    repaces = False  # perftest fixes --rate_limit when it starts: the switch's meter holds a changed rate
 
     def __init__(
         self,

@@ -48,7 +48,7 @@ class Installs:
         self._plans[reservation.id] = plan
 
     def resize(self, reservation: Reservation) -> None:
-        """Queue the meter change of an installed reservation whose bandwidth changed on the same
+        """Queue the meter change of an installed reservation whose meter rate changed on the same
         route (nothing to confirm: its traffic keeps flowing throughout)."""
         plan = self._plans.get(reservation.id)
         if plan is None:
@@ -102,7 +102,8 @@ class Installs:
     def _plan(self, reservation: Reservation) -> FlowPlan:
         assert reservation.route is not None
         q = reservation.request
-        return plan_for(self.topology, reservation.id, q.src, q.dst, reservation.route, q.bandwidth, self._ids)
+        return plan_for(self.topology, reservation.id, q.src, q.dst, reservation.route, reservation.meter_bps,
+                        self._ids)
 
     def _queue(self, reservation_id: str, steps: list[Step], confirm: bool) -> None:
         """Hand steps to the adapter; a confirmed change supersedes earlier reports."""

@@ -7,6 +7,14 @@ that touch the window but never overlap each other do not add up), and never let
 direction exceed its capacity at any instant. Every change is one SQLite transaction;
 reopening the database gives back the same bookings.
 
+A booking is constant, or stepped: `reserve(..., steps=...)` books a profile of contiguous
+spans, each with a bandwidth of its own (a deadline transfer's schedule, `sdn_app.core.schedules`),
+and each span is admitted against what is free in its own span. A stepped booking's `bandwidth`
+is its peak and its window the profile's; the profile is stored in the row's `meta` under a
+reserved key, so the schema is unchanged and a reader that ignores the key sees a constant
+booking at the peak (more than is booked, never less). Its bandwidth and end are its profile's:
+only its directions (a move) and metadata change.
+
 Reopened over a topology that changed, the ledger loads every booking and says what no longer
 fits: `stranded` lists bookings on link directions the topology lacks, `overbooked` the
 directions whose capacity is now below what is booked on them. The reservation book repairs
@@ -25,11 +33,11 @@ import math
 import sqlite3
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NoCapacity, NotFound
@@ -43,10 +51,23 @@ SCHEMA_VERSION = 1
 # goes with a booking), so the two are committed together or not at all.
 AlsoWrite = Callable[[sqlite3.Connection], None]
 
+# The key of a stepped booking's profile in its row's `meta` (callers' meta may not use it).
+STEPS_KEY = "__ledger_steps__"
+
+
+class Span(NamedTuple):
+    """`bandwidth` bits/s from `start` up to (not including) `end`: one step of a booking."""
+
+    start: float
+    end: float
+    bandwidth: int
+
 
 @dataclass(frozen=True)
 class Booking:
-    """Bandwidth held on `directions` from `start` up to (not including) `end`."""
+    """Bandwidth held on `directions` from `start` up to (not including) `end`: `bandwidth`
+    throughout, or, for a stepped booking, the bandwidth of each of its `steps` in its span
+    (`bandwidth` is then the peak, `start` and `end` the first step's start and the last one's end)."""
 
     id: str
     bandwidth: int
@@ -54,6 +75,17 @@ class Booking:
     end: float
     directions: tuple[str, ...]
     meta: Mapping[str, Any] = field(default_factory=dict)
+    steps: tuple[Span, ...] = ()  # empty: constant
+
+    @property
+    def stepped(self) -> bool:
+        """Whether its bandwidth follows a profile of steps."""
+        return bool(self.steps)
+
+    @property
+    def segments(self) -> tuple[Span, ...]:
+        """What it holds over time, as contiguous spans in time order (one for a constant booking)."""
+        return self.steps or (Span(self.start, self.end, self.bandwidth),)
 
     def overlaps(self, start: float, end: float) -> bool:
         """Whether this booking is active at some instant of [start, end)."""
@@ -93,19 +125,8 @@ class _Timeline:
             self._times = None
 
     def _build(self) -> list[float]:
-        deltas: dict[float, int] = {}
-        for b in self.bookings.values():
-            deltas[b.start] = deltas.get(b.start, 0) + b.bandwidth
-            if not math.isinf(b.end):
-                deltas[b.end] = deltas.get(b.end, 0) - b.bandwidth
-        times = sorted(deltas)
-        usage = []
-        level = 0
-        for t in times:
-            level += deltas[t]
-            usage.append(level)
-        self._times, self._usage = times, usage
-        return times
+        self._times, self._usage = _step_function(self.bookings.values())
+        return self._times
 
     def steps(self) -> list[tuple[float, float, int]]:
         """The step function as (from, until, bandwidth booked) spans, in time order."""
@@ -115,9 +136,8 @@ class _Timeline:
     def max_use(self, start: float, end: float, ignore: str | None = None) -> int:
         """Largest bandwidth booked at any instant of [start, end), optionally ignoring one booking."""
         if ignore is not None and ignore in self.bookings:
-            # Bookings that each overlap the window and peak together overlap it jointly too
-            # (intervals have the Helly property), so no clipping to the window is needed.
-            return _max_concurrent(b for b in self.bookings.values() if b.id != ignore and b.overlaps(start, end))
+            return _max_concurrent(s for b in self.bookings.values() if b.id != ignore and b.overlaps(start, end)
+                                   for s in _clipped(b, start, end))
         times = self._times if self._times is not None else self._build()
         if not times:
             return 0
@@ -126,13 +146,56 @@ class _Timeline:
         window = self._usage[max(first, 0):last]
         return max(window) if window else 0
 
+    def usage(self, start: float, end: float, ignore: str | None = None) -> list[Span]:
+        """Bandwidth booked over [start, end) as contiguous spans in time order (0 where nothing
+        is), optionally ignoring one booking."""
+        if ignore is not None and ignore in self.bookings:
+            times, levels = _step_function(b for b in self.bookings.values() if b.id != ignore)
+        else:
+            times = self._times if self._times is not None else self._build()
+            levels = self._usage
+        i = bisect_right(times, start)
+        spans = [Span(start, end, levels[i - 1] if i else 0)]
+        for t, level in zip(times[i:], levels[i:], strict=False):
+            if t >= end:
+                break
+            if level == spans[-1].bandwidth:
+                continue
+            spans[-1] = spans[-1]._replace(end=t)
+            spans.append(Span(t, end, level))
+        return spans
 
-def _max_concurrent(bookings: Iterable[Booking]) -> int:
-    """The peak of the summed bandwidth of `bookings` over time."""
-    events: list[tuple[float, int]] = []
+
+def _step_function(bookings: Iterable[Booking]) -> tuple[list[float], list[int]]:
+    """Booked bandwidth of `bookings` over time: the times it changes, and its level from each."""
+    deltas: dict[float, int] = {}
     for b in bookings:
-        events.append((b.start, b.bandwidth))
-        events.append((b.end, -b.bandwidth))
+        for start, end, bandwidth in b.segments:
+            deltas[start] = deltas.get(start, 0) + bandwidth
+            if not math.isinf(end):
+                deltas[end] = deltas.get(end, 0) - bandwidth
+    times = sorted(deltas)
+    usage = []
+    level = 0
+    for t in times:
+        level += deltas[t]
+        usage.append(level)
+    return times, usage
+
+
+def _clipped(booking: Booking, start: float, end: float) -> Iterable[Span]:
+    """The spans of `booking` within [start, end), cut to it."""
+    for s in booking.segments:
+        if s.start < end and start < s.end:
+            yield Span(max(s.start, start), min(s.end, end), s.bandwidth)
+
+
+def _max_concurrent(spans: Iterable[Span]) -> int:
+    """The peak of the summed bandwidth of `spans` over time."""
+    events: list[tuple[float, int]] = []
+    for s in spans:
+        events.append((s.start, s.bandwidth))
+        events.append((s.end, -s.bandwidth))
     events.sort(key=lambda e: (e[0], e[1]))  # at one instant, ends (negative) before starts
     level = peak = 0
     for _, delta in events:
@@ -208,8 +271,11 @@ class Ledger:
     def _load(self) -> None:
         rows = self._db.execute('SELECT id, bandwidth, start, "end", directions, meta FROM bookings').fetchall()
         for booking_id, bandwidth, start, end, directions, meta in rows:
+            meta = json.loads(meta)
+            steps = tuple(Span(float(s), math.inf if e is None else float(e), int(bw))
+                          for s, e, bw in meta.pop(STEPS_KEY, ()))
             booking = Booking(booking_id, bandwidth, start, math.inf if end is None else end,
-                              tuple(json.loads(directions)), MappingProxyType(json.loads(meta)))
+                              tuple(json.loads(directions)), MappingProxyType(meta), steps)
             self._insert_memory(booking)  # on the directions that exist; `stranded` tells the rest
 
     def close(self) -> None:
@@ -270,7 +336,7 @@ class Ledger:
             if not over:
                 continue
             ids = sorted(b.id for b in timeline.bookings.values()
-                         if any(b.start < t1 and t0 < b.end for t0, t1, _ in over))
+                         if any(s.start < t1 and t0 < s.end for t0, t1, _ in over for s in b.segments))
             found.append(Overbooking(direction, capacity, max(level for _, _, level in over),
                                      over[0][0], over[-1][1], tuple(ids)))
         return found
@@ -285,6 +351,11 @@ class Ledger:
         timeline = self._timeline(direction)  # first: an unknown direction is NotFound, not KeyError
         return self.capacities[direction] - timeline.max_use(start, end, ignore)
 
+    def usage(self, direction: str, start: float, end: float, ignore: str | None = None) -> list[Span]:
+        """Bandwidth booked on `direction` over [start, end), as contiguous spans in time order
+        (0 where nothing is booked; a new span wherever the booked bandwidth changes)."""
+        return self._timeline(direction).usage(start, end, ignore)
+
     def _timeline(self, direction: str) -> _Timeline:
         try:
             return self._timelines[direction]
@@ -293,26 +364,33 @@ class Ledger:
 
     # -- changes ---------------------------------------------------------------------------
 
-    def check(self, directions: Iterable[str], bandwidth: int, start: float, end: float,
-              ignore: str | None = None) -> None:
+    def check(self, directions: Iterable[str], bandwidth: int | None, start: float | None, end: float | None,
+              ignore: str | None = None, *, steps: Sequence[Any] | None = None) -> None:
         """Raise what `reserve` would raise for this booking, and book nothing (a what-if)."""
-        self._check(Booking("check", bandwidth, start, end, _unique(directions)), ignore)
+        self._check(_new_booking("check", bandwidth, start, end, _unique(directions), MappingProxyType({}), steps),
+                    ignore)
 
-    def reserve(self, directions: Iterable[str], bandwidth: int, start: float, end: float,
+    def reserve(self, directions: Iterable[str], bandwidth: int | None, start: float | None, end: float | None,
                 booking_id: str | None = None, meta: Mapping[str, Any] | None = None,
-                also: AlsoWrite | None = None) -> Booking:
+                also: AlsoWrite | None = None, *, steps: Sequence[Any] | None = None) -> Booking:
         """Book `bandwidth` on every direction in `directions` for [start, end), or on none.
 
-        Raises `InvalidArgument` for a bad window or bandwidth, `AlreadyExists` for a taken
-        id, and `NoCapacity` naming the first direction that cannot carry it. `also` runs in
-        the same transaction.
+        With `steps` (a sequence of `(start, end, bandwidth)` spans, or of objects with those
+        attributes such as `ScheduleStep`: contiguous, in time order, each bandwidth above 0)
+        the booking is stepped: each span's bandwidth is booked in that span. `bandwidth`,
+        `start` and `end` may then be None; given, they must be the peak, the first start and
+        the last end.
+
+        Raises `InvalidArgument` for a bad window, bandwidth or profile, `AlreadyExists` for a
+        taken id, and `NoCapacity` naming the first direction that cannot carry it (and the
+        step, for a stepped booking). `also` runs in the same transaction.
         """
         booking_id = uuid.uuid4().hex if booking_id is None else booking_id
         if not isinstance(booking_id, str) or not booking_id:
             raise InvalidArgument(f"a booking id must be a non-empty string, got {booking_id!r}")
         if booking_id in self._bookings:
             raise AlreadyExists(f"booking {booking_id!r} already exists")
-        booking = Booking(booking_id, bandwidth, start, end, _unique(directions), _json_meta(meta or {}))
+        booking = _new_booking(booking_id, bandwidth, start, end, _unique(directions), _json_meta(meta or {}), steps)
         self._check(booking, ignore=None)
         with self._transaction():
             self._write(booking)
@@ -327,10 +405,21 @@ class Ledger:
         """Change a booking's bandwidth, end time, directions (a new path) or metadata.
 
         The new form is admitted as a whole against everything else (the booking's own old
-        form not counted); if it does not fit, the booking is left as it was. `also` runs in
-        the same transaction.
+        form not counted); if it does not fit, the booking is left as it was. A stepped
+        booking keeps its steps (a move admits each on the new directions); a bandwidth or end
+        other than its own is a `FailedPrecondition`. `also` runs in the same transaction.
         """
         old = self.get(booking_id)
+        if old.stepped and bandwidth is not None and bandwidth != old.bandwidth:
+            raise FailedPrecondition(
+                f"booking {booking_id!r}: a stepped booking's bandwidth is its schedule's "
+                f"({format_bandwidth(old.bandwidth)} at peak); release it and reserve the new schedule"
+            )
+        if old.stepped and end is not None and end != old.end:
+            raise FailedPrecondition(
+                f"booking {booking_id!r}: a stepped booking's end is its schedule's ({format_time(old.end)}); "
+                "release it and reserve the new schedule"
+            )
         new = replace(
             old,
             bandwidth=old.bandwidth if bandwidth is None else bandwidth,
@@ -387,11 +476,7 @@ class Ledger:
     # -- internals -------------------------------------------------------------------------
 
     def _check(self, booking: Booking, ignore: str | None) -> None:
-        bandwidth = booking.bandwidth
-        if isinstance(bandwidth, bool) or not isinstance(bandwidth, int) or not 0 < bandwidth <= MAX_BANDWIDTH:
-            raise InvalidArgument(
-                f"bandwidth must be a whole number of bits/s from 1 to {MAX_BANDWIDTH}, got {bandwidth!r}"
-            )
+        _check_bandwidth(booking.bandwidth)
         if not (math.isfinite(booking.start) and booking.start >= 0):
             raise InvalidArgument(f"start must be a finite time, got {booking.start!r}")
         if math.isnan(booking.end) or booking.end <= booking.start:
@@ -402,22 +487,28 @@ class Ledger:
             raise InvalidArgument(f"the window ended already ({format_time(booking.end)})")
         if not booking.directions:
             raise InvalidArgument("a booking needs at least one link direction")
+        segments = booking.segments
         for direction in booking.directions:
-            free = self.free(direction, booking.start, booking.end, ignore)
-            if free < booking.bandwidth:
-                capacity = self.capacities[direction]
-                raise NoCapacity(
-                    f"link {direction} has {format_bandwidth(max(free, 0))} free of "
-                    f"{format_bandwidth(capacity)} {format_window(booking.start, booking.end)}; "
-                    f"{format_bandwidth(booking.bandwidth)} requested",
-                    bottleneck=direction, free_bps=max(free, 0),
-                )
+            for number, (start, end, bandwidth) in enumerate(segments[:1], 1):
+                free = self.free(direction, start, end, ignore)
+                if free < bandwidth:
+                    capacity = self.capacities[direction]
+                    step = f" (step {number} of {len(segments)} of its schedule)" if booking.stepped else ""
+                    raise NoCapacity(
+                        f"link {direction} has {format_bandwidth(max(free, 0))} free of "
+                        f"{format_bandwidth(capacity)} {format_window(start, end)}; "
+                        f"{format_bandwidth(bandwidth)} requested{step}",
+                        bottleneck=direction, free_bps=max(free, 0),
+                    )
 
     def _write(self, booking: Booking) -> None:
+        meta = dict(booking.meta)
+        if booking.stepped:
+            meta[STEPS_KEY] = [[s.start, None if math.isinf(s.end) else s.end, s.bandwidth] for s in booking.steps]
         self._db.execute(
             'INSERT INTO bookings (id, bandwidth, start, "end", directions, meta) VALUES (?, ?, ?, ?, ?, ?)',
             (booking.id, booking.bandwidth, booking.start, None if math.isinf(booking.end) else booking.end,
-             json.dumps(list(booking.directions)), json.dumps(dict(booking.meta), sort_keys=True)),
+             json.dumps(list(booking.directions)), json.dumps(meta, sort_keys=True)),
         )
 
     def _insert_memory(self, booking: Booking) -> None:
@@ -433,10 +524,61 @@ class Ledger:
                 self._timelines[direction].remove(booking.id)
 
 
+def _check_bandwidth(bandwidth: Any, what: str = "bandwidth") -> None:
+    """`InvalidArgument` naming `what` unless `bandwidth` is a whole number of bits/s a booking may hold."""
+    if isinstance(bandwidth, bool) or not isinstance(bandwidth, int) or not 0 < bandwidth <= MAX_BANDWIDTH:
+        raise InvalidArgument(f"{what} must be a whole number of bits/s from 1 to {MAX_BANDWIDTH}, got {bandwidth!r}")
+
+
+def _new_booking(booking_id: str, bandwidth: int | None, start: float | None, end: float | None,
+                 directions: tuple[str, ...], meta: Mapping[str, Any], steps: Sequence[Any] | None) -> Booking:
+    """The booking `reserve` is asked for: constant, or stepped when `steps` is given (its
+    window and peak derived from the steps, and checked against `start`, `end` and `bandwidth`
+    when those are given too); `InvalidArgument` for a malformed profile."""
+    if steps is None:
+        if bandwidth is None or start is None or end is None:
+            raise InvalidArgument("a booking without steps needs a bandwidth, a start and an end")
+        return Booking(booking_id, bandwidth, start, end, directions, meta)
+    spans = _spans(steps)
+    derived = {"start": spans[0].start, "end": spans[-1].end, "bandwidth": max(s.bandwidth for s in spans)}
+    for name, given in (("start", start), ("end", end), ("bandwidth", bandwidth)):
+        if given is not None and given != derived[name]:
+            raise InvalidArgument(f"{name} ({given!r}) must be its steps' ({derived[name]!r}), or left out")
+    return Booking(booking_id, derived["bandwidth"], derived["start"], derived["end"], directions, meta, spans)
+
+
+def _spans(steps: Sequence[Any]) -> tuple[Span, ...]:
+    """`steps` as spans (from `(start, end, bandwidth)` or objects with those attributes), or
+    `InvalidArgument` naming the first step that is not part of a contiguous profile in time order."""
+    spans: list[Span] = []
+    for number, step in enumerate(steps):
+        try:
+            start, end, bandwidth = ((step.start, step.end, step.bandwidth) if hasattr(step, "bandwidth")
+                                     else step)
+            start, end = float(start), float(end)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"steps[{number}]: expected (start, end, bandwidth), got {step!r}") from None
+        _check_bandwidth(bandwidth, f"steps[{number}]: bandwidth")
+        if spans and start != spans[-1].end:
+            raise InvalidArgument(f"steps[{number}]: starts at {format_time(start)}, not where step "
+                                  f"{number - 1} ends ({format_time(spans[-1].end)}): steps must be contiguous")
+        if not (math.isfinite(start) and start >= 0):
+            raise InvalidArgument(f"steps[{number}]: start must be a finite time, got {start!r}")
+        if math.isnan(end) or end <= start or (math.isinf(end) and number < len(steps) - 1):
+            raise InvalidArgument(f"steps[{number}]: end ({format_time(end)}) must be after start "
+                                  f"({format_time(start)}), and finite but for the last step")
+        spans.append(Span(start, end, bandwidth))
+    if not spans:
+        raise InvalidArgument("steps: a stepped booking needs at least one step")
+    return tuple(spans)
+
+
 def _json_meta(meta: Mapping[str, Any]) -> Mapping[str, Any]:
     """`meta` as it reads back from the database (tuples become lists, keys strings), so the
     booking held in memory equals the one a reopened ledger loads, and read-only, so nobody
     changes it behind the database's back; `InvalidArgument` if it is not JSON data."""
+    if STEPS_KEY in meta:
+        raise InvalidArgument(f"meta: {STEPS_KEY!r} is the ledger's own key")
     try:
         return MappingProxyType(json.loads(json.dumps(dict(meta), sort_keys=True, allow_nan=False)))
     except (TypeError, ValueError) as exc:

@@ -92,8 +92,8 @@ class LinkRepair:
             decision = why.degrade(Protection.FAILS_OVER, taken(old.route.backup), refusal)
         else:
             decision = why.degrade(Protection.NONE, None, refusal)
-        # A SCHEDULED one has nothing on the switches yet: it is retried at its start.
-        state = old.state if old.state is State.SCHEDULED else State.DEGRADED
+        # Held, scheduled or with its data plane released: nothing on the switches, retried later.
+        state = old.state if old.state.booked_only else State.DEGRADED
         if (state, render(decision)) != (old.state, old.reason):
             self.commit(old, decision, state)
 
@@ -102,7 +102,7 @@ class LinkRepair:
         if not self.degraded and not self.finder.down_links:
             return
         degraded = [r for r in self.live.values() if r.state is State.DEGRADED
-                    or (r.state is State.SCHEDULED and r.route is not None and self.down_on(r.route))]
+                    or (r.state.booked_only and r.route is not None and self.down_on(r.route))]
         for old in sorted(degraded, key=lambda r: (r.created, r.id)):
             assert old.route is not None
             try:

@@ -1,9 +1,16 @@
 """The reservation model: a reservation, its states, who may see it, and what its changes record.
 
-States (see the proto for the diagram): SCHEDULED until the window starts, then
-PROVISIONING and ACTIVE; MOVING and DEGRADED when the network changes under it; RELEASED,
-EXPIRED and FAILED are final. Until an OpenFlow adapter provisions switches, PROVISIONING
-is confirmed at once: the reservation is booked in the ledger only.
+States (docs/api.md draws them): HELD while a two-phase request waits for its commit (booked,
+no flows, until `hold_until`); SCHEDULED until the window starts, then PROVISIONING and
+ACTIVE; RESERVED in its window without flows (its owner released the data plane, or asked to
+provision it by hand); MOVING and DEGRADED when the network changes under it; RELEASED,
+EXPIRED and FAILED are final. Until an OpenFlow adapter provisions switches, PROVISIONING is
+confirmed at once: the reservation is booked in the ledger only.
+
+A reservation is guaranteed (its bandwidth is what the ledger books and its meter allows) or
+elastic (`ceiling` set: the ledger books its floor, `request.bandwidth`, and its meter allows the
+`rate` the sharing solver gave it, between floor and ceiling). A deadline transfer's reservation
+has a `schedule`: steps of constant bandwidth, its meter at the step of the moment (`rate`).
 
 A `Principal` is an authenticated caller with a `Role`; each change of a reservation is an
 `Event` (and a `HistoryEntry` while it is in memory); a `Change` is OpenFlow steps for the
@@ -21,17 +28,21 @@ from sdn_app.core.errors import PermissionDenied
 from sdn_app.core.paths import Path, PathRequest, Route
 from sdn_app.core.plans import Step
 
+MAX_PRIORITY = 1000  # the highest priority (elastic sharing weight) a principal or request may have
 _FINAL_STATES = frozenset({"RELEASED", "EXPIRED", "FAILED"})
+_BOOKED_ONLY = frozenset({"HELD", "SCHEDULED", "RESERVED"})
 
 
 class State(StrEnum):
     """Where a reservation is in its life."""
 
+    HELD = "HELD"
     SCHEDULED = "SCHEDULED"
     PROVISIONING = "PROVISIONING"
     ACTIVE = "ACTIVE"
     MOVING = "MOVING"
     DEGRADED = "DEGRADED"
+    RESERVED = "RESERVED"
     RELEASED = "RELEASED"
     EXPIRED = "EXPIRED"
     FAILED = "FAILED"
@@ -40,6 +51,12 @@ class State(StrEnum):
     def is_final(self) -> bool:
         """Whether the reservation holds no bandwidth any more and never will."""
         return self.value in _FINAL_STATES
+
+    @property
+    def booked_only(self) -> bool:
+        """Whether it is live with no flows wanted on the switches now (held, before its window,
+        or with its data plane released)."""
+        return self.value in _BOOKED_ONLY
 
 
 class Role(StrEnum):
@@ -56,6 +73,7 @@ class Principal:
 
     name: str
     role: Role
+    priority: int = 1  # the highest priority (sharing weight) its requests may carry
 
     def may_see(self, owner: str) -> bool:
         """Whether this caller may see and change reservations of `owner`."""
@@ -78,6 +96,12 @@ class Reservation:
     labels: Mapping[str, str] = field(default_factory=dict)
     fingerprint: str = ""  # of the request as the caller sent it, to tell a retry from a new request
     decision: Decision | None = None  # the typed decision its reason was rendered from (None: no decision)
+    hold_until: float = 0.0  # HELD: when the hold times out unless committed
+    provisioned: bool = True  # whether its flows are wanted in its window (NSI's provision state)
+    priority: int = 1  # its weight when elastic reservations share capacity
+    ceiling: int = 0  # elastic: the most it may get (bits/s); 0: guaranteed
+    rate: int = 0  # what its meter allows now, when not `request.bandwidth` (elastic share, schedule step)
+    schedule: tuple[ScheduleStep, ...] = ()  # a deadline transfer's steps, in time order
 
     def __post_init__(self) -> None:
         # A change that gives a new reason and no decision leaves no stale decision behind: the
@@ -89,6 +113,49 @@ class Reservation:
     def name(self) -> str:
         """The resource name, `reservations/{id}`."""
         return f"reservations/{self.id}" if self.id else ""
+
+    @property
+    def elastic(self) -> bool:
+        """Whether it shares capacity between a floor (`request.bandwidth`) and a `ceiling`."""
+        return self.ceiling > 0
+
+    @property
+    def meter_bps(self) -> int:
+        """The rate its meter allows now (and its sender is paced to)."""
+        return self.rate or self.request.bandwidth
+
+    def step_at(self, when: float) -> ScheduleStep | None:
+        """The step of its schedule at `when` (None: no schedule, or outside it)."""
+        for step in self.schedule:
+            if step.start <= when < step.end:
+                return step
+        return None
+
+
+@dataclass(frozen=True)
+class Terms:
+    """How a request is booked beyond its bandwidth and window.
+
+    `hold`: two phases, HELD until committed or the hold times out; `provision`: its flows go in
+    at its window's start (False: when its owner provisions it, as NSI does); `priority`: its
+    weight among elastic reservations (0: the caller's own); `ceiling`: elastic, sharing spare
+    capacity up to this, its bandwidth the floor (0: guaranteed); `schedule`: a deadline
+    transfer's steps (the book sets it)."""
+
+    hold: bool = False
+    provision: bool = True
+    priority: int = 0
+    ceiling: int = 0
+    schedule: tuple[ScheduleStep, ...] = ()
+
+
+@dataclass(frozen=True)
+class ScheduleStep:
+    """`bandwidth` bits/s from `start` up to (not including) `end`."""
+
+    start: float
+    end: float
+    bandwidth: int
 
 
 @dataclass(frozen=True)

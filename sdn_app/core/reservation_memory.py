@@ -113,5 +113,11 @@ class Memory:
 
 
 def deadline(reservation: Reservation) -> float:
-    """When the clock next changes a live reservation: its start while SCHEDULED, else its end."""
-    return reservation.request.start if reservation.state is State.SCHEDULED else reservation.request.end
+    """When the clock next changes a live reservation: its hold's timeout while HELD, its start
+    while SCHEDULED, else its schedule's next step or its end."""
+    request = reservation.request
+    if reservation.state is State.HELD:
+        return min(reservation.hold_until, request.end)
+    if reservation.state is State.SCHEDULED:
+        return request.start
+    return min((s.start for s in reservation.schedule if s.start > reservation.updated), default=request.end)

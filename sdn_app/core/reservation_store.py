@@ -31,7 +31,7 @@ from typing import Any
 from sdn_app.core import decisions, validation
 from sdn_app.core.errors import InvalidArgument, NotFound, PermissionDenied
 from sdn_app.core.paths import Path, PathRequest, Route
-from sdn_app.core.reservation import Principal, Reservation, Role, State, require_role
+from sdn_app.core.reservation import Principal, Reservation, Role, ScheduleStep, State, require_role
 from sdn_app.core.topology import Topology
 
 Query = Callable[[str, tuple], list[tuple]]  # rows of an SQL query on the state database
@@ -223,7 +223,27 @@ def _to_json(r: Reservation) -> dict[str, Any]:
         "primary": _path_json(r.route.primary) if r.route else None,
         "backup": _path_json(r.route.backup) if r.route else None,
         "decision": decisions.to_dict(r.decision) if r.decision is not None else None,
+        **_booking_json(r),
     }
+
+
+def _booking_json(r: Reservation) -> dict[str, Any]:
+    """How it is booked, beyond a guaranteed bandwidth: only the fields that differ from the
+    defaults, so the rows of plain reservations stay as short as before."""
+    extra: dict[str, Any] = {}
+    if r.hold_until:
+        extra["hold_until"] = r.hold_until
+    if not r.provisioned:
+        extra["provisioned"] = False
+    if r.priority != 1:
+        extra["priority"] = r.priority
+    if r.ceiling:
+        extra["ceiling"] = r.ceiling
+    if r.rate:
+        extra["rate"] = r.rate
+    if r.schedule:
+        extra["schedule"] = [[s.start, s.end, s.bandwidth] for s in r.schedule]
+    return extra
 
 
 def _from_json(data: dict[str, Any], topology: Topology) -> Reservation:
@@ -250,4 +270,7 @@ def _from_json(data: dict[str, Any], topology: Topology) -> Reservation:
     return Reservation(data["id"], data["owner"], request, State(data["state"]), route, data["created"],
                        data["updated"], data["reason"], data["request_id"], MappingProxyType(data["labels"]),
                        data.get("fingerprint", ""),
-                       decisions.from_dict(data["decision"]) if data.get("decision") else None)
+                       decisions.from_dict(data["decision"]) if data.get("decision") else None,
+                       hold_until=data.get("hold_until", 0.0), provisioned=data.get("provisioned", True),
+                       priority=data.get("priority", 1), ceiling=data.get("ceiling", 0), rate=data.get("rate", 0),
+                       schedule=tuple(ScheduleStep(*step) for step in data.get("schedule", ())))

@@ -54,6 +54,7 @@ from sdn_app.core.rerouting.advisor import Health, RateAdvisor
 from sdn_app.core.rerouting.congestion import Condition
 from sdn_app.core.rerouting.rerouter import Fleet, Rerouter
 from sdn_app.core.reservation import (
+    MAX_PRIORITY,
     Availability,
     Change,
     Event,
@@ -64,13 +65,16 @@ from sdn_app.core.reservation import (
     Repair,
     Reservation,
     Role,
+    ScheduleStep,
     State,
+    Terms,
     require_role,
     route_key,
 )
-from sdn_app.core.reservation_memory import Memory
+from sdn_app.core.reservation_memory import Memory, deadline
+from sdn_app.core.shares import DEFAULT_SHARE_STEP, Shares
 from sdn_app.core.topology import Topology
-from sdn_app.core.units import format_bandwidth, format_time, format_window
+from sdn_app.core.units import MAX_BANDWIDTH, format_bandwidth, format_time, format_window
 from sdn_app.core.utilization import DirectionLoad
 
 LEDGER_ONLY = "booked in the ledger only: no OpenFlow switches are controlled"
@@ -80,13 +84,15 @@ MAX_LABELS = 32
 # Seconds an ended reservation stays in memory after it ended (`keep_ended`); then only the store
 # holds it. Memory at most: reservations ending per second x this x about 1.6 kB (the process's RSS).
 DEFAULT_KEEP_ENDED = 300.0
+DEFAULT_HOLD_TIMEOUT = 120.0  # seconds a two-phase hold waits for its commit (OpenNSA and SuPA: 120 s)
 
 
 class ReservationBook:
     """Every reservation of one controller; not thread-safe: one owner calls it."""
 
     def __init__(self, topology: Topology, ledger: Ledger, clock: Clock, provisioning: bool = False,
-                 advisor: RateAdvisor | None = None, keep_ended: float = DEFAULT_KEEP_ENDED):
+                 advisor: RateAdvisor | None = None, keep_ended: float = DEFAULT_KEEP_ENDED,
+                 hold_timeout: float = DEFAULT_HOLD_TIMEOUT, share_step: float = DEFAULT_SHARE_STEP):
         """Load the reservations kept in the ledger's database and reconcile them with it.
 
         With `provisioning`, switches are controlled: a reservation whose window starts waits in
@@ -96,7 +102,14 @@ class ReservationBook:
         An ended reservation stays in memory `keep_ended` seconds (`math.inf`: for good), then
         only in the database, where `get` and `list` still find it; loading reads only the live
         ones and those ended within `keep_ended`.
+
+        A held request waits `hold_timeout` seconds for its commit. Elastic reservations' meters
+        change when a re-solve moves their share by more than `share_step` x their ceiling.
         """
+        if isinstance(hold_timeout, bool) or not isinstance(hold_timeout, int | float) \
+                or not 0 < hold_timeout <= 86400:
+            raise InvalidArgument(f"hold_timeout: seconds, above 0 and at most a day, got {hold_timeout!r}")
+        self.hold_timeout = float(hold_timeout)
         if isinstance(keep_ended, bool) or not isinstance(keep_ended, int | float) or math.isnan(keep_ended) \
                 or keep_ended < 0:
             raise InvalidArgument(f"keep_ended: seconds, zero or more, got {keep_ended!r}")
@@ -125,6 +138,8 @@ class ReservationBook:
                                        self._move, self._commit, self._confirming))
         self.links = LinkRepair(topology, self.finder, MappingProxyType(self._live), self._memory.degraded,
                                 self.rerouter.measured_route, self._move, self._commit)
+        self.shares = Shares(topology, ledger, MappingProxyType(self._live), lambda: self.finder.down_links,
+                             share_step)
         self.ledger.write(store.create_table)
         self._load()
 
@@ -137,8 +152,7 @@ class ReservationBook:
     def _current(self, principal: Principal, name: str) -> Reservation:
         """`get`, after ticking if the clock passed this reservation's window start or end."""
         reservation = self.get(principal, name)
-        deadline = reservation.request.start if reservation.state is State.SCHEDULED else reservation.request.end
-        if not reservation.state.is_final and deadline <= self.clock.now():
+        if not reservation.state.is_final and deadline(reservation) <= self.clock.now():
             self.tick()
             reservation = self._lookup(reservation.id)
         return reservation
@@ -192,11 +206,14 @@ class ReservationBook:
     # -- changing ------------------------------------------------------------------------
 
     def create(self, principal: Principal, request: PathRequest, labels: Mapping[str, str] | None = None,
-               request_id: str = "", validate_only: bool = False, fingerprint: str = "") -> Reservation:
+               request_id: str = "", validate_only: bool = False, fingerprint: str = "",
+               terms: Terms | None = None) -> Reservation:
         """Admit `request` for the caller, or raise why not (counted in `refusals`); idempotent
-        per `request_id`."""
+        per `request_id`. `terms`: held or not, provisioned at its start or by hand, priority,
+        elastic ceiling (default: a guaranteed bandwidth, provisioned, at the caller's priority)."""
         try:
-            return self._admit(principal, request, labels, request_id, validate_only, fingerprint)
+            return self._admit(principal, request, labels, request_id, validate_only, fingerprint,
+                               terms or Terms())
         except NoCapacity:
             self.refusals["no_capacity"] += 1
             raise
@@ -205,7 +222,7 @@ class ReservationBook:
             raise
 
     def _admit(self, principal: Principal, request: PathRequest, labels: Mapping[str, str] | None,
-               request_id: str, validate_only: bool, fingerprint: str) -> Reservation:
+               request_id: str, validate_only: bool, fingerprint: str, terms: Terms) -> Reservation:
         """Admit `request` for the caller, or raise why not; idempotent per `request_id`.
 
         A retry with a `request_id` already used by this caller returns that reservation
@@ -227,29 +244,91 @@ class ReservationBook:
                 "use a new request_id for a new request"
             )
         now = self.clock.now()
+        priority = _check_terms(principal, request, terms)
         if request.end <= now:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
         self._check_pair_free(request)
         self._check_hosts(request)
         route = self.finder.route(request)
-        state, reason = (State.SCHEDULED, "") if request.start > now else self._started()
+        if terms.hold:
+            state, reason = State.HELD, f"held until {format_time(now + self.hold_timeout)}: commit or abort"
+        else:
+            state, reason = (State.SCHEDULED, "") if request.start > now else self._started(terms.provision)
         if validate_only:
             self.ledger.check(route.direction_ids, request.bandwidth, request.start, request.end)
             return Reservation("", principal.name, request, state, route, now, now,
-                               "validate_only: checked, nothing was booked", request_id, labels)
+                               "validate_only: checked, nothing was booked", request_id, labels,
+                               priority=priority, ceiling=terms.ceiling, provisioned=terms.provision)
         reservation = Reservation(f"{self._random.getrandbits(128):032x}", principal.name, request, state, route,
-                                  now, now, reason, request_id, labels, fingerprint)
+                                  now, now, reason, request_id, labels, fingerprint,
+                                  hold_until=now + self.hold_timeout if terms.hold else 0.0,
+                                  provisioned=terms.provision, priority=priority, ceiling=terms.ceiling,
+                                  schedule=terms.schedule, rate=_step_rate(terms.schedule, now))
         self.ledger.reserve(route.direction_ids, request.bandwidth, request.start, request.end,
-                            booking_id=reservation.id, also=lambda db: self._insert_row(db, reservation))
+                            booking_id=reservation.id, also=lambda db: self._insert_row(db, reservation),
+                            **({"steps": [(s.start, s.end, s.bandwidth) for s in terms.schedule]}
+                               if terms.schedule else {}))
         self._remember(reservation)
-        if state is State.ACTIVE:  # ledger only: confirmed at once
-            self._record(None, replace(reservation, state=State.PROVISIONING, reason="window started"))
+        return self._begin(None, reservation, f"{reservation.name} admitted")
+
+    def _begin(self, previous: State | None, reservation: Reservation, cause: str) -> Reservation:
+        """Record a reservation that was just created or committed (state and reason set), install
+        its flows when its window started, and re-solve the shares when it takes capacity now.
+        Elastic reservations that shrink for it are named in its own event: one announced decision."""
+        started = reservation.state in (State.PROVISIONING, State.ACTIVE)
+        shares = self.shares.changes(self.shares.solve(self.clock.now())) if started else {}
+        if reservation.id in shares:  # elastic: its flows start at its share
+            reservation = replace(reservation, rate=shares.pop(reservation.id))
+            self.ledger.write(lambda db: self._update_row(db, reservation))
+            self._remember(reservation)
+        shrunk = [(self._live[rid], share) for rid, share in sorted(shares.items())
+                  if share < self._live[rid].meter_bps]
+        if shrunk:
+            reservation = replace(reservation, reason=(reservation.reason + "; " if reservation.reason else "")
+                                  + "elastic reservations shrank to make room: "
+                                  + ", ".join(f"{r.name} {format_bandwidth(r.meter_bps)} -> {format_bandwidth(s)}"
+                                              for r, s in shrunk))
+            self.ledger.write(lambda db: self._update_row(db, reservation))
+            self._remember(reservation)
+        if reservation.state is State.ACTIVE:  # ledger only: confirmed at once
+            self._record(previous, replace(reservation, state=State.PROVISIONING, reason="window started"))
             self._record(State.PROVISIONING, reservation)
         else:
-            self._record(None, reservation)
-            if state is State.PROVISIONING:
+            self._record(previous, reservation)
+            if reservation.state is State.PROVISIONING:
                 self.installs.install(reservation)
+        if started:
+            self._apply_shares(shares, cause)
         return reservation
+
+    def _reshare(self, cause: str) -> None:
+        """Re-solve the elastic reservations' shares after `cause`, and change the meters that moved
+        by more than the step."""
+        self._apply_shares(self.shares.changes(self.shares.solve(self.clock.now())), cause)
+
+    def _apply_shares(self, shares: Mapping[str, int], cause: str) -> None:
+        """Give each reservation in `shares` its new share: stored together, one event each, and its
+        meter modified in place (its traffic keeps flowing)."""
+        if not shares:
+            return
+        now = self.clock.now()
+        changed = []
+        for rid, share in sorted(shares.items()):
+            old = self._live[rid]
+            changed.append((old, replace(old, rate=share, updated=now, reason=(
+                f"share {format_bandwidth(old.meter_bps)} -> {format_bandwidth(share)} (floor "
+                f"{format_bandwidth(old.request.bandwidth)}, ceiling {format_bandwidth(old.ceiling)}, priority "
+                f"{old.priority}): re-solved after {cause}"))))
+
+        def write_all(db: sqlite3.Connection) -> None:
+            for _, new in changed:
+                self._update_row(db, new)
+        self.ledger.write(write_all)
+        for old, new in changed:
+            self._remember(new)
+            self._record(old.state, new)
+            if new.id in self.installs:
+                self.installs.resize(new)
 
     def _check_pair_free(self, request: PathRequest) -> None:
         """With switches, one reservation per ordered DTN pair at a time: the switches tell
@@ -276,8 +355,11 @@ class ReservationBook:
                     f"{format_bandwidth(request.bandwidth)} is more than dtn {dtn} can carry: "
                     f"{format_bandwidth(limit.capacity_bps)}, limited by {limit.why}")
 
-    def _started(self) -> tuple[State, str]:
-        """State and reason of a reservation whose window has just started."""
+    def _started(self, provision: bool = True) -> tuple[State, str]:
+        """State and reason of a reservation whose window has just started (`provision`: its flows
+        are wanted)."""
+        if not provision:
+            return State.RESERVED, "window started: booked, its data plane waits to be provisioned"
         if self.provisioning:
             return State.PROVISIONING, "window started: installing flows and meters"
         return State.ACTIVE, LEDGER_ONLY
@@ -363,6 +445,7 @@ class ReservationBook:
         best route that fits, or becomes DEGRADED. Up: DEGRADED reservations are retried.
         """
         self.links.set_link_state(link, up, reason)
+        self._reshare(f"link {link} {'came back' if up else 'went down'}")
 
     def down_links(self) -> frozenset[str]:
         """Links reported down now."""
@@ -380,8 +463,9 @@ class ReservationBook:
         state = State.MOVING if installed else old.state
         decision, text = _told(reason)
         new = replace(old, request=request, route=route, state=state, updated=now, reason=text, decision=decision)
-        self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end, directions=route.direction_ids,
-                           also=lambda db: self._update_row(db, new))
+        self.ledger.modify(old.id, bandwidth=request.bandwidth if request.bandwidth != old.request.bandwidth else None,
+                           end=request.end if request.end != old.request.end else None,
+                           directions=route.direction_ids, also=lambda db: self._update_row(db, new))
         self._remember(new)
         self._record(old.state, new, decision)
         if installed:
@@ -402,18 +486,43 @@ class ReservationBook:
         self.rerouter.forget(reservation_id)
 
     def modify(self, principal: Principal, name: str, bandwidth: int | None = None, end: float | None = None,
-               validate_only: bool = False, path: PathChoice | None = None) -> Reservation:
-        """Change bandwidth, end (`math.inf`: until released) and/or the path, all or nothing.
+               validate_only: bool = False, path: PathChoice | None = None, priority: int | None = None,
+               ceiling: int | None = None) -> Reservation:
+        """Change bandwidth (an elastic one's floor), end (`math.inf`: until released), the path,
+        priority and/or an elastic one's ceiling, all or nothing.
 
         Without `path` the reservation stays on its path. With it, a new route is computed
         under those constraints (they replace the old ones) and the reservation moves there
-        make-before-break (MOVING, then ACTIVE when every hop confirms).
+        make-before-break (MOVING, then ACTIVE when every hop confirms). Elastic shares are
+        re-solved after any change.
         """
         old = self._current(principal, name)
         if old.state.is_final:
             raise FailedPrecondition(f"{old.name} is {old.state}; only live reservations can be modified")
-        if bandwidth is None and end is None and path is None:
-            raise InvalidArgument("give a new bandwidth_bps, end time or path")
+        if bandwidth is None and end is None and path is None and priority is None and ceiling is None:
+            raise InvalidArgument("give a new bandwidth_bps, end time, path, priority or ceiling_bps")
+        if old.schedule and (bandwidth is not None or end is not None):
+            raise FailedPrecondition(f"{old.name} follows a deadline schedule: its bandwidth and end are the "
+                                     "schedule's; cancel the transfer and book again")
+        if ceiling is not None and not old.elastic:
+            raise InvalidArgument(f"ceiling_bps: {old.name} is guaranteed, not elastic")
+        terms = Terms(priority=old.priority if priority is None else priority,
+                      ceiling=old.ceiling if ceiling is None else ceiling)
+        _check_terms(principal, replace(old.request, bandwidth=old.request.bandwidth if bandwidth is None
+                                        else bandwidth), terms)
+        if priority is not None or ceiling is not None:
+            if bandwidth is None and end is None and path is None:
+                if validate_only:
+                    return replace(old, priority=terms.priority, ceiling=terms.ceiling,
+                                   reason="validate_only: checked, nothing was changed")
+                new = self._commit(replace(old, priority=terms.priority, ceiling=terms.ceiling), "modified: " + (
+                    f"priority {old.priority} -> {terms.priority}" if priority is not None else "") + (
+                    ", " if priority is not None and ceiling is not None else "") + (
+                    f"ceiling {format_bandwidth(old.ceiling)} -> {format_bandwidth(terms.ceiling)}"
+                    if ceiling is not None else ""))
+                self._reshare(f"{old.name} modified")
+                return self._reservations[new.id]
+            old = replace(old, priority=terms.priority, ceiling=terms.ceiling)
         if old.state in (State.PROVISIONING, State.MOVING) and path is not None:
             raise FailedPrecondition(f"{old.name} is {old.state}; move it once its flows are confirmed")
         request = replace(old.request, bandwidth=old.request.bandwidth if bandwidth is None else bandwidth,
@@ -451,7 +560,8 @@ class ReservationBook:
                 self.installs.resize(new)
         if request.bandwidth < old.request.bandwidth or request.end < old.request.end:
             self.links.retry_degraded(Trigger(text=f"{old.name} shrank"))
-        return new
+        self._reshare(f"{old.name} modified")
+        return self._reservations[new.id]
 
     def release(self, principal: Principal, name: str, why: str = "") -> Reservation:
         """Release a reservation and its bandwidth; a final one is returned unchanged."""
@@ -465,7 +575,92 @@ class ReservationBook:
         self._record(old.state, new)
         self._uninstall(old.id)
         self.links.retry_degraded(Trigger(text=f"{old.name} released"))
+        self._reshare(f"{old.name} released")
         return new
+
+    # -- two phases, and the data plane ------------------------------------------------------
+
+    def commit(self, principal: Principal, name: str) -> Reservation:
+        """Make a held reservation a normal one (flows at its window's start, unless it is
+        provisioned by hand); a retry on a committed one returns it unchanged."""
+        require_role(principal, "commit reservations")
+        old = self._current(principal, name)
+        if old.state is State.EXPIRED and old.hold_until and old.hold_until <= old.updated:
+            raise FailedPrecondition(f"{old.name}: its hold expired at {format_time(old.hold_until)} and its "
+                                     "booking was freed; reserve again")
+        if old.state.is_final:
+            raise FailedPrecondition(f"{old.name} is {old.state} ({old.reason}); only a held reservation can be "
+                                     "committed")
+        if old.state is not State.HELD:
+            return old  # committed already: a retry
+        now = self.clock.now()
+        if old.request.start > now:
+            state, reason = State.SCHEDULED, ""
+        else:
+            state, reason = self._started(old.provisioned)
+        reason = f"committed by {principal.name}" + (f"; {reason}" if reason else "")
+        new = replace(old, state=state, updated=now, reason=reason, hold_until=0.0,
+                      rate=_step_rate(old.schedule, now))
+        self.ledger.write(lambda db: self._update_row(db, new))
+        self._remember(new)
+        return self._begin(State.HELD, new, f"{old.name} committed")
+
+    def abort(self, principal: Principal, name: str) -> Reservation:
+        """Give up a held reservation: its booking is freed (RELEASED)."""
+        require_role(principal, "abort reservations")
+        old = self._current(principal, name)
+        if old.state is not State.HELD:
+            raise FailedPrecondition(f"{old.name} is {old.state}, not HELD: only a held reservation can be aborted"
+                                     + ("" if old.state.is_final else "; release it instead"))
+        new = replace(old, state=State.RELEASED, updated=self.clock.now(), reason=f"hold aborted by {principal.name}")
+        self.ledger.release(old.id, also=lambda db: self._update_row(db, new))
+        self._changed(old.state, new)
+        self.links.retry_degraded(Trigger(text=f"{old.name} aborted"))
+        self._reshare(f"{old.name} aborted")
+        return new
+
+    def provision(self, principal: Principal, name: str) -> Reservation:
+        """Want the reservation's flows: installed now when its window runs, else at its start."""
+        require_role(principal, "provision reservations")
+        old = self._data_plane_change(principal, name)
+        if old.provisioned:
+            return old
+        now = self.clock.now()
+        if old.state is State.RESERVED:
+            state, reason = self._started()
+            new = replace(old, state=state, updated=now, provisioned=True,
+                          reason=f"provisioned by {principal.name}; {reason}")
+            self.ledger.write(lambda db: self._update_row(db, new))
+            self._remember(new)
+            return self._begin(State.RESERVED, new, f"{old.name} provisioned")
+        return self._commit(replace(old, provisioned=True),
+                            f"provisioned by {principal.name}: its flows go in at its window's start")
+
+    def unprovision(self, principal: Principal, name: str) -> Reservation:
+        """Remove the reservation's flows and keep its booking (NSI's release): RESERVED until it is
+        provisioned again or its window ends."""
+        require_role(principal, "release data planes")
+        old = self._data_plane_change(principal, name)
+        if not old.provisioned:
+            return old
+        if old.state is State.SCHEDULED:
+            return self._commit(replace(old, provisioned=False),
+                                f"data plane released by {principal.name}: no flows at its window's start")
+        new = self._commit(replace(old, provisioned=False),
+                           f"data plane released by {principal.name}: flows removed, booking kept until "
+                           f"{format_time(old.request.end)}", State.RESERVED)
+        self._uninstall(old.id)
+        self._reshare(f"{old.name}'s data plane released")
+        return new
+
+    def _data_plane_change(self, principal: Principal, name: str) -> Reservation:
+        """The reservation whose data plane the caller changes, if it can be changed."""
+        old = self._current(principal, name)
+        if old.state is State.HELD:
+            raise FailedPrecondition(f"{old.name} is HELD: commit it first")
+        if old.state.is_final:
+            raise FailedPrecondition(f"{old.name} is {old.state}; its booking is gone")
+        return old
 
     def tick(self) -> None:
         """Start the windows that began and expire those that ended, by the clock; reservations
@@ -478,16 +673,22 @@ class ReservationBook:
                 self.links.reroute(old, Trigger(text="its path crosses a link that is down"))
                 old = self._reservations[old.id]
             if old.state is State.SCHEDULED and old.request.start <= now < old.request.end:
-                state, reason = self._started()
-                new = replace(old, state=state, updated=now, reason=reason)
+                state, reason = self._started(old.provisioned)
+                new = replace(old, state=state, updated=now, reason=reason, rate=_step_rate(old.schedule, now))
                 self.ledger.write(lambda db, new=new: self._update_row(db, new))
                 self._remember(new)
-                if state is State.ACTIVE:
-                    self._record(State.SCHEDULED, replace(new, state=State.PROVISIONING, reason="window started"))
-                    self._record(State.PROVISIONING, new)
-                else:
-                    self._record(State.SCHEDULED, new)
-                    self.installs.install(new)
+                self._begin(State.SCHEDULED, new, f"{old.name}'s window started")
+        timed_out = [r for r in self._live.values() if r.state is State.HELD and r.hold_until <= now < r.request.end]
+        for old in sorted(timed_out, key=lambda r: (r.hold_until, r.id)):
+            new = replace(old, state=State.EXPIRED, updated=now, reason=(
+                f"hold timed out at {format_time(old.hold_until)}: not committed within "
+                f"{old.hold_until - old.created:.0f} s; its booking is freed"))
+            self.ledger.release(old.id, also=lambda db, new=new: self._update_row(db, new))
+            self._changed(old.state, new)
+        if timed_out:
+            self.links.retry_degraded(Trigger(text="holds timed out"))
+            self._reshare(f"{len(timed_out)} hold{'s' if len(timed_out) > 1 else ''} timed out")
+        self._next_steps(now)
         ending = [r for r in self._live.values() if r.request.end <= now]
         if not ending:
             return
@@ -504,6 +705,21 @@ class ReservationBook:
             self._record(old.state, new)
             self._uninstall(old.id)
         self.links.retry_degraded(Trigger(text="reservations ended"))
+        self._reshare(", ".join(r.name for r in ending[:3]) + (f" and {len(ending) - 3} more" if len(ending) > 3
+                                                                 else "") + " ended")
+
+    def _next_steps(self, now: float) -> None:
+        """Reservations with a schedule whose next step began: their meter follows it."""
+        for old in [r for r in self._live.values() if r.schedule and not r.state.booked_only]:
+            step = old.step_at(now)
+            if step is not None and step.bandwidth != old.rate:
+                new = replace(old, rate=step.bandwidth, updated=now, reason=(
+                    f"schedule: {format_bandwidth(old.meter_bps)} -> {format_bandwidth(step.bandwidth)} "
+                    f"{format_window(step.start, step.end)}"))
+                self.ledger.write(lambda db, new=new: self._update_row(db, new))
+                self._changed(old.state, new)
+                if new.id in self.installs:
+                    self.installs.resize(new)
 
     def next_deadline(self) -> float:
         """When `tick` next has something to do (math.inf when nothing is pending)."""
@@ -589,13 +805,14 @@ class ReservationBook:
                                     self._live, self._update_row, self._changed).fit()
         if self.provisioning:
             self._resume_provisioning()
+        self._reshare("the controller started")
 
     def _resume_provisioning(self) -> None:
         """After a restart: plans of reservations on the switches are known again (their ids
         taken). Those caught installing or moving are confirmed once reconciliation has made
         each switch of their plan hold it (`switch_reconciled`)."""
         for reservation in sorted(self._live.values(), key=lambda r: (r.created, r.id)):
-            if reservation.state is State.SCHEDULED:
+            if reservation.state.booked_only:
                 continue
             self.installs.resume(reservation, reservation.state in (State.PROVISIONING, State.MOVING))
 
@@ -631,6 +848,32 @@ def _told(reason: str | Decision) -> tuple[Decision | None, str]:
     if isinstance(reason, Decision):
         return reason, render(reason)
     return None, reason
+
+
+def _check_terms(principal: Principal, request: PathRequest, terms: Terms) -> int:
+    """The priority a request gets (the caller's when it names none), or InvalidArgument /
+    PermissionDenied naming the field that is wrong."""
+    priority = terms.priority or principal.priority
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(f"priority: a whole number from 1 to {MAX_PRIORITY}, got {priority!r}")
+    if priority > principal.priority:
+        raise PermissionDenied(f"priority: {priority} is above {principal.name}'s own priority {principal.priority}; "
+                               "a request may carry a lower priority, never a higher one")
+    ceiling = terms.ceiling
+    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not 0 <= ceiling <= MAX_BANDWIDTH:
+        raise InvalidArgument(f"ceiling_bps: whole bits/s up to {MAX_BANDWIDTH}, got {ceiling!r}")
+    if ceiling and ceiling < request.bandwidth:
+        raise InvalidArgument(f"ceiling_bps: {format_bandwidth(ceiling)} is below the floor (bandwidth_bps) "
+                              f"{format_bandwidth(request.bandwidth)}; an elastic request's floor must not be above "
+                              "its ceiling")
+    return priority
+
+
+def _step_rate(schedule: tuple[ScheduleStep, ...], now: float) -> int:
+    """A schedule's rate at `now` (its first step's before it starts; 0 without a schedule)."""
+    if not schedule:
+        return 0
+    return next((s.bandwidth for s in schedule if s.start <= now < s.end), schedule[0].bandwidth)
 
 
 def _check_labels(labels: Mapping[str, str]) -> Mapping[str, str]:

@@ -7,6 +7,15 @@ address and port. The sender's rate reports (`report`) feed the reservation book
 which moves an underperforming reservation; both sides' ends (`finished`) decide how the
 transfer ended, and the reservation is released then, or at once when anything fails.
 
+The sender is paced just under its reservation's meter (`Reservation.meter_bps`). The meter can
+change while it sends (an elastic share re-solved, a deadline schedule's next step): the desk
+sees it in the book's events and hands the sender's agent a PACE job with the new pacing.
+
+With a deadline the book schedules the bandwidth (`ReservationBook.book_by_deadline`); each
+sender report projects the finish from the rate of the last few reports, and watchers are told
+once when the projection passes the deadline (the transfer falls behind), and once when it is
+back on schedule.
+
     desk = TransferDesk(book, registry, clock)
     transfer = desk.start(principal, TransferSpec("caltech-dtn1", "ucsd-dtn1", 40 * G, size=50 * 10**9))
     desk.observe(book.take_events())          # the worker does this after every call
@@ -42,7 +51,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import PurePosixPath
@@ -57,15 +66,21 @@ from sdn_app.core.ledger import AlsoWrite
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.reports import ENGINES, Pinning, RateReport, StreamRate
 from sdn_app.core.rerouting.advisor import Health
-from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
+from sdn_app.core.reservation import Event, Principal, Reservation, Role, ScheduleStep, State
 from sdn_app.core.reservations import ReservationBook
-from sdn_app.core.units import format_bandwidth
+from sdn_app.core.units import format_bandwidth, format_bytes, format_time
 
 START_TIMEOUT = 30.0  # seconds for the path to be installed, and again for the receiver to listen
 STALL_TIMEOUT = 15.0  # seconds without a report from a running sender
 RESTART_GRACE = 150.0  # seconds a transfer picked up at a restart waits for its agent to register again
 RATE_WRITE_INTERVAL = 5.0  # seconds between writes of a running transfer's latest rates
-PACING_SHARE = 0.95  # senders are paced to this share of the booking, so meters never drop
+PACING_SHARE = 0.95  # senders are paced to this share of the reservation's meter, so meters never drop
+PROJECTION_REPORTS = 5  # a deadline transfer's finish is projected from the rate over this many reports
+MIN_PROJECTION_REPORTS = 3  # and judged against its deadline only from this many (past the ramp-up)
+# Back on schedule only once the projection is this share of the time left before the deadline:
+# the smoothed rate still wobbles by a few percent, and a projection hovering at the deadline
+# would otherwise cross it on every report.
+RECOVERY_MARGIN = 0.02
 KEEP_ENDED = 1000  # ended transfers remembered for Get/List
 TRANSFER_LABEL = "tsdn/transfer"
 MAX_STREAMS = 256
@@ -90,17 +105,25 @@ class TransferState(StrEnum):
 
 
 class JobRole(StrEnum):
-    """Which side of a transfer a job runs, or STOP: end that side now."""
+    """Which side of a transfer a job runs; STOP: end that side now; PACE: hold the running
+    sender to a new `pacing_bps` (its reservation's meter changed)."""
 
     RECEIVE = "RECEIVE"
     SEND = "SEND"
     STOP = "STOP"
+    PACE = "PACE"
+
+
+SIDES = (JobRole.RECEIVE, JobRole.SEND)
 
 
 @dataclass(frozen=True)
 class TransferSpec:
     """What a service asks for: `bandwidth` from `src` to `dst`, `size` bytes memory-to-memory
-    or `files` (absolute paths on `src`) into `destination` (a directory on `dst`)."""
+    or `files` (absolute paths on `src`) into `destination` (a directory on `dst`).
+
+    With a `deadline` (epoch seconds) the book schedules the bandwidth so that `size` bytes arrive
+    by then: `bandwidth` is 0 (the schedule sets it) and `size` is required."""
 
     src: str
     dst: str
@@ -112,9 +135,16 @@ class TransferSpec:
     engine: str = "builtin"
     policy: str = "shortest"
     pace: int | None = None  # nominal bit/s the sender is held to, below the booking (a slow disk)
+    deadline: float | None = None  # epoch seconds by which `size` bytes must have arrived
 
     def check(self) -> None:
-        """Raise InvalidArgument naming the first field that is wrong."""
+        """Raise InvalidArgument naming the first field that is wrong (a deadline in the past is
+        the desk's to refuse: it knows the time)."""
+        if self.deadline is not None:
+            self._check_deadline()
+        elif self.bandwidth <= 0:
+            raise InvalidArgument(f"bandwidth_bps: must be greater than zero, got {self.bandwidth} (or give a "
+                                  "deadline and let the schedule set it)")
         if (self.size is None) == (not self.files):
             raise InvalidArgument("give exactly one of size_bytes (memory-to-memory) and files (disk-to-disk)")
         if self.size is not None and self.size <= 0:
@@ -133,10 +163,26 @@ class TransferSpec:
             raise InvalidArgument(f"streams: must be between 1 and {MAX_STREAMS}, got {self.streams}")
         if self.engine not in ENGINES:
             raise InvalidArgument(f"engine {self.engine!r}: unknown; one of {', '.join(ENGINES)}")
-        if self.pace is not None and not 0 < self.pace < self.bandwidth:
+        if self.pace is not None and self.deadline is not None and self.pace <= 0:
+            raise InvalidArgument(f"pace_bps: {format_bandwidth(self.pace)} must be above 0")
+        if self.pace is not None and self.deadline is None and not 0 < self.pace < self.bandwidth:
             raise InvalidArgument(f"pace_bps: {format_bandwidth(self.pace)} must be above 0 and below the booked "
                                   f"bandwidth_bps ({format_bandwidth(self.bandwidth)}); leave it unset to send at "
                                   "the booking")
+
+    def _check_deadline(self) -> None:
+        assert self.deadline is not None
+        if not math.isfinite(self.deadline):
+            raise InvalidArgument(f"deadline: {self.deadline!r} is not a point in time")
+        if self.files:
+            raise InvalidArgument("files: a transfer with a deadline needs size_bytes: the controller cannot know "
+                                  "the size of files on the source DTN to schedule them; send them without a "
+                                  "deadline, or give the size as a memory-to-memory transfer")
+        if self.size is None:
+            raise InvalidArgument("size_bytes: a transfer with a deadline needs its size, to schedule the bandwidth")
+        if self.bandwidth != 0:
+            raise InvalidArgument(f"bandwidth_bps: leave it 0 with a deadline (got {format_bandwidth(self.bandwidth)})"
+                                  ": the schedule sets the bandwidth")
 
 
 @dataclass(frozen=True)
@@ -150,7 +196,7 @@ class Job:
     reservation: str = ""
     peer_host: str = ""  # SEND: the receiver's address
     peer_port: int = 0  # SEND: the receiver's port
-    pacing_bps: int | None = None  # as sent on the wire (emulated rate in Mininet)
+    pacing_bps: int | None = None  # SEND, PACE: as sent on the wire (emulated rate in Mininet)
 
     @property
     def transfer(self) -> str:
@@ -176,7 +222,12 @@ class Transfer:
     checksums_verified: bool | None = None
     sides_done: frozenset[JobRole] = frozenset()
     last_report: float = 0.0  # when the sender last reported (or the sender started)
-    handed: tuple[Job, ...] = ()  # the jobs handed to the agents so far: RECEIVE, then SEND
+    # The jobs handed to the agents so far: RECEIVE, then SEND, then the latest PACE (if any).
+    handed: tuple[Job, ...] = ()
+    paced_meter: int = 0  # the reservation's meter_bps (nominal) the sender was last paced at; 0: no sender yet
+    schedule: tuple[ScheduleStep, ...] = ()  # a deadline transfer's steps, as its reservation has them
+    projected_finish: float | None = None  # a deadline transfer: when it will finish at its recent rate
+    behind: bool = False  # a deadline transfer projected to finish after its deadline
 
     @property
     def name(self) -> str:
@@ -195,8 +246,26 @@ class Transfer:
 
     @property
     def unfinished(self) -> tuple[Job, ...]:
-        """The jobs handed out whose side has not reported its end."""
-        return tuple(job for job in self.handed if job.role not in self.sides_done)
+        """The sides (RECEIVE, SEND jobs) handed out that have not reported their end."""
+        return tuple(job for job in self.handed if job.role in SIDES and job.role not in self.sides_done)
+
+    @property
+    def live_jobs(self) -> tuple[Job, ...]:
+        """The jobs an agent that reconnects is handed again: the unfinished sides, and the
+        latest PACE while the sender has not ended."""
+        sending = any(job.role is JobRole.SEND for job in self.unfinished)
+        return self.unfinished + tuple(job for job in self.handed if job.role is JobRole.PACE and sending)
+
+    @property
+    def pacing(self) -> int | None:
+        """The pacing (on the wire) the sender was last handed; None before its SEND."""
+        paced = [job for job in self.handed if job.role in (JobRole.SEND, JobRole.PACE)]
+        return paced[-1].pacing_bps if paced else None
+
+    @property
+    def bandwidth(self) -> int:
+        """The bandwidth booked: the spec's, or the peak of a deadline transfer's schedule."""
+        return self.spec.bandwidth or max((step.bandwidth for step in self.schedule), default=0)
 
 
 @dataclass(frozen=True)
@@ -242,6 +311,8 @@ class TransferDesk:
     _staged: dict[str, Transfer] = field(default_factory=dict, init=False)
     _recovered: dict[str, float] = field(default_factory=dict, init=False)  # picked up at a restart -> when
     _rates_written: dict[str, float] = field(default_factory=dict, init=False)  # transfer -> when rates were
+    # A deadline transfer's latest sender reports: transfer -> (end, bytes_total) of each
+    _recent: dict[str, deque[tuple[float, int]]] = field(default_factory=dict, init=False)
     _events: list[TransferEvent | JobOffer] = field(default_factory=list, init=False)
     _random: random.Random = field(default_factory=lambda: random.Random(os.urandom(16)), init=False)
 
@@ -255,8 +326,9 @@ class TransferDesk:
     def start(self, principal: Principal, spec: TransferSpec, request_id: str = "") -> Transfer:
         """Book a path for `spec` and start it; the same `request_id` again returns the same transfer.
 
-        Nothing is booked when the spec is wrong, an agent of the two DTNs is not online, or
-        the path has no room (the book's error says which link, or which host limit).
+        Nothing is booked when the spec is wrong (a deadline that is not in the future too), an
+        agent of the two DTNs is not online, or the path has no room (the book's error says which
+        link, or which host limit; for a deadline, when it could be met at the earliest).
         """
         if principal.role not in (Role.SERVICE, Role.ADMIN):
             raise PermissionDenied(f"{principal.name} (role {principal.role}) may not start transfers: "
@@ -270,6 +342,10 @@ class TransferDesk:
                 raise AlreadyExists(f"request_id {request_id!r} was used for {earlier.name}, a different transfer; "
                                     "use a new request_id for a new transfer")
         spec.check()
+        now = self.clock.now()
+        if spec.deadline is not None and spec.deadline <= now:
+            raise InvalidArgument(f"deadline: {format_time(spec.deadline)} is not in the future (now "
+                                  f"{format_time(now)})")
         for dtn, side in ((spec.src, "source"), (spec.dst, "destination")):
             if dtn not in self.book.topology.dtns:
                 raise InvalidArgument(f"{side} dtn {dtn!r}: not a DTN of topology {self.book.topology.name}")
@@ -281,17 +357,14 @@ class TransferDesk:
             if agent.state is not AgentState.ONLINE:
                 raise FailedPrecondition(f"{side} dtn {dtn}: its agent is {agent.state} ({agent.reason})")
         transfer_id = f"{self._random.getrandbits(128):032x}"
-        now = self.clock.now()
         transfer = Transfer(transfer_id, principal.name, spec, TransferState.RESERVING, "installing the path", "",
                             now, now, request_id)
         self._staged[transfer_id] = transfer  # its row is written with the reservation's
         try:
-            reservation = self.book.create(
-                principal, PathRequest(spec.src, spec.dst, spec.bandwidth, now, math.inf, spec.policy),
-                labels={TRANSFER_LABEL: transfer_id})
+            reservation = self._book(principal, spec, transfer_id, now)
         finally:
             unwritten = self._staged.pop(transfer_id, None)
-        transfer = replace(transfer, reservation_id=reservation.id)
+        transfer = replace(transfer, reservation_id=reservation.id, schedule=reservation.schedule)
         if unwritten is not None:  # another desk took the book's companion (tests): write it alone
             self._write(transfer)
         self._transfers[transfer_id] = transfer
@@ -302,6 +375,19 @@ class TransferDesk:
         if reservation.state is State.ACTIVE:  # ledger only: nothing to install
             self._start_receiver(transfer, f"path ready; starting the receiver on {spec.dst}")
         return self._transfers[transfer_id]
+
+    def _book(self, principal: Principal, spec: TransferSpec, transfer_id: str, now: float) -> Reservation:
+        """The reservation of a new transfer: open-ended at its bandwidth, or scheduled to its deadline."""
+        labels = {TRANSFER_LABEL: transfer_id}
+        if spec.deadline is None:
+            return self.book.create(principal, PathRequest(spec.src, spec.dst, spec.bandwidth, now, math.inf,
+                                                           spec.policy), labels=labels)
+        assert spec.size is not None
+        # The book schedules nominal bandwidth; on emulated links the bytes move at `emulation_scale`
+        # of it, so the size it schedules is what the real bytes are worth at nominal rates.
+        size_bits = math.ceil(spec.size * 8 / self.emulation_scale)
+        return self.book.book_by_deadline(principal, spec.src, spec.dst, size_bits, spec.deadline, spec.policy,
+                                          labels=labels)
 
     def get(self, principal: Principal, name: str) -> Transfer:
         """The transfer `transfers/{id}` (or the id), if the caller may see it."""
@@ -341,7 +427,7 @@ class TransferDesk:
         self._check_agent(principal, dtn, bound_dtn)
         validation.known_dtn(self.book.topology.dtns, dtn, "dtn", self.book.topology.name)
         live = [job for transfer in self._transfers.values() if not transfer.state.ended
-                for job in transfer.unfinished if job.dtn == dtn]
+                for job in transfer.live_jobs if job.dtn == dtn]
         return live + [job for job, _ in self._stops.values() if job.dtn == dtn]
 
     def receiver_ready(self, principal: Principal, dtn: str, name: str, port: int, host: str = "",
@@ -361,12 +447,13 @@ class TransferDesk:
             address = str(self.book.topology.dtns[transfer.spec.dst].ipv4)
             if host and not self.book.provisioning:
                 address = host
-            pacing = pacing_bps(transfer.spec, self.emulation_scale)
+            meter = self._meter(transfer)
+            pacing = pacing_bps(transfer.spec, meter, self.emulation_scale)
             send = Job(transfer.id, JobRole.SEND, transfer.spec.src, transfer.spec, transfer.reservation, address,
                        port, pacing)
             self._recovered.pop(transfer.id, None)
             self._set(transfer, TransferState.RUNNING, f"receiver listens on {address}:{port}", last_report=now,
-                      handed=(*transfer.handed, send))
+                      handed=(*transfer.handed, send), paced_meter=meter)
             self._events.append(JobOffer(send))
         return False, ""
 
@@ -385,9 +472,18 @@ class TransferDesk:
             return False, ""
         self._recovered.pop(transfer.id, None)
         transfer = replace(transfer, rate=report, last_report=now, updated=now)
+        crossed = ""
+        if transfer.spec.deadline is not None:
+            transfer, crossed = self._project(transfer, report, now)
         self._transfers[transfer.id] = transfer
-        self._write_rates(transfer, now)
+        if crossed:  # stored at once: told once per crossing, also across a restart
+            self._write(transfer)
+            self._rates_written[transfer.id] = now
+        else:
+            self._write_rates(transfer, now)
         self._events.append(TransferEvent(transfer.state, transfer.state, "rate", transfer, now, self.path(transfer)))
+        if crossed:
+            self._emit(transfer.state, transfer, crossed)
         # The book ignores rates while the path is being installed or moved.
         nominal = report.bits_per_second / self.emulation_scale
         self.book.report_rate(transfer.acting_owner, transfer.reservation, nominal,
@@ -430,19 +526,26 @@ class TransferDesk:
 
     def observe(self, events: list[Event]) -> None:
         """Follow the reservations of live transfers: start the receiver once the path is in
-        place, fail the transfer when its reservation ends, tell watchers of moves."""
+        place, fail the transfer when its reservation ends, tell watchers of moves, and hand a
+        running sender a PACE job when its reservation's meter changes."""
         for event in events:
             transfer_id = self._by_reservation.get(event.reservation.id)
             transfer = self._transfers.get(transfer_id or "")
             if transfer is None or transfer.state.ended:
                 continue
             reservation = event.reservation
+            if reservation.schedule != transfer.schedule:  # stored with its next write
+                transfer = self._transfers[transfer.id] = replace(transfer, schedule=reservation.schedule)
             if reservation.state is State.ACTIVE and transfer.state is TransferState.RESERVING:
                 self._start_receiver(transfer, f"path ready; starting the receiver on {transfer.spec.dst}")
             elif reservation.state.is_final:
                 self._end(transfer, TransferState.FAILED, _path_ended(reservation), release=False)
-            elif event.previous not in (None, State.SCHEDULED, State.PROVISIONING):  # moved, degraded...
-                self._emit(transfer.state, transfer, f"path {reservation.state}: {reservation.reason}")
+            else:
+                repaced = self._repace(transfer, reservation.meter_bps, event.reason)
+                if event.previous not in (None, State.SCHEDULED, State.PROVISIONING) \
+                        and not (repaced and event.previous is reservation.state):  # moved, degraded...
+                    self._emit(transfer.state, self._transfers[transfer.id],
+                               f"path {reservation.state}: {reservation.reason}")
 
     def tick(self) -> None:
         """Fail transfers whose path, receiver or sender is overdue."""
@@ -510,6 +613,71 @@ class TransferDesk:
         agent = self._agent(dtn)
         return agent is not None and agent.state is AgentState.ONLINE
 
+    def _meter(self, transfer: Transfer) -> int:
+        """What the transfer's reservation's meter allows now (nominal bit/s)."""
+        try:
+            return self.book.get(_CONTROLLER, transfer.reservation).meter_bps
+        except NotFound:  # released under it: the desk hears of it with the book's next events
+            return transfer.paced_meter or transfer.bandwidth
+
+    def _repace(self, transfer: Transfer, meter: int, cause: str) -> bool:
+        """Hand the running sender of `transfer` a PACE job when `meter` is not what it was paced
+        at; whether its pacing changed (an event tells watchers why)."""
+        sending = any(job.role is JobRole.SEND for job in transfer.unfinished)
+        if not sending or meter == transfer.paced_meter or meter <= 0:
+            return False
+        was = transfer.paced_meter or transfer.bandwidth
+        pacing = pacing_bps(transfer.spec, meter, self.emulation_scale)
+        if pacing == transfer.pacing:  # held to its own `pace`, below both meters
+            self._transfers[transfer.id] = transfer = replace(transfer, paced_meter=meter)
+            self._write(transfer)
+            return False
+        pace = Job(transfer.id, JobRole.PACE, transfer.spec.src, transfer.spec, transfer.reservation,
+                   pacing_bps=pacing)
+        handed = (*(job for job in transfer.handed if job.role is not JobRole.PACE), pace)
+        transfer = replace(transfer, paced_meter=meter, handed=handed, updated=self.clock.now())
+        self._transfers[transfer.id] = transfer
+        self._write(transfer)
+        self._events.append(JobOffer(pace))
+        self._emit(transfer.state, transfer,
+                   f"pacing {format_bandwidth(_nominal_pacing(transfer.spec, was))}bit/s -> "
+                   f"{format_bandwidth(_nominal_pacing(transfer.spec, meter))}bit/s: the meter changed "
+                   f"({cause or f'{format_bandwidth(was)} -> {format_bandwidth(meter)}'})")
+        return True
+
+    def _project(self, transfer: Transfer, report: RateReport, now: float) -> tuple[Transfer, str]:
+        """A deadline transfer with its finish projected from its recent rate, and why it falls
+        behind or is back on schedule when the projection crossed the deadline ("" otherwise)."""
+        deadline, size = transfer.spec.deadline, transfer.spec.size
+        assert deadline is not None and size is not None
+        if report.final:
+            return transfer, ""
+        recent = self._recent.setdefault(transfer.id, deque(maxlen=PROJECTION_REPORTS))
+        if recent and report.end <= recent[-1][0]:  # an engine's clock restarted (a resumed side): begin again
+            recent.clear()
+        recent.append((report.end, report.bytes_total))
+        (first_end, first_bytes), (last_end, last_bytes) = recent[0], recent[-1]
+        if len(recent) > 1 and last_end > first_end:
+            bits_per_second = (last_bytes - first_bytes) * 8 / (last_end - first_end)
+        else:
+            bits_per_second = report.bits_per_second
+        left = max(0, size - report.bytes_total)
+        finish = now + left * 8 / bits_per_second if bits_per_second > 0 else math.inf
+        transfer = replace(transfer, projected_finish=finish if math.isfinite(finish) else None)
+        if len(recent) < MIN_PROJECTION_REPORTS or not left:
+            return transfer, ""
+        achieved = (f"achieving {format_bandwidth(bits_per_second / self.emulation_scale)}bit/s over the last "
+                    f"{len(recent)} reports, paced for {format_bandwidth(transfer.paced_meter)}bit/s; "
+                    f"{format_bytes(left)} left")
+        when = format_time(finish) if math.isfinite(finish) else "never (nothing moves)"
+        if not transfer.behind and finish > deadline:
+            return replace(transfer, behind=True), (f"falls behind: projected to finish at {when}, after its "
+                                                    f"deadline {format_time(deadline)} ({achieved})")
+        if transfer.behind and finish <= deadline - RECOVERY_MARGIN * max(0.0, deadline - now):
+            return replace(transfer, behind=False), (f"back on schedule: projected to finish at {when}, before "
+                                                     f"its deadline {format_time(deadline)} ({achieved})")
+        return transfer, ""
+
     def _start_receiver(self, transfer: Transfer, reason: str) -> None:
         receive = Job(transfer.id, JobRole.RECEIVE, transfer.spec.dst, transfer.spec, transfer.reservation)
         self._set(transfer, TransferState.STARTING, reason, handed=(*transfer.handed, receive))
@@ -537,6 +705,7 @@ class TransferDesk:
         self._transfers[transfer.id] = ended
         self._recovered.pop(transfer.id, None)
         self._rates_written.pop(transfer.id, None)
+        self._recent.pop(transfer.id, None)
         self._emit(transfer.state, ended, reason, path)
         self._forget_oldest_ended()
 
@@ -553,7 +722,7 @@ class TransferDesk:
         del self._transfers[transfer.id]
         self._by_reservation.pop(transfer.reservation_id, None)
         self._by_request.pop((transfer.owner, transfer.request_id), None)
-        for role in (JobRole.RECEIVE, JobRole.SEND):
+        for role in SIDES:
             self._stops.pop((transfer.id, role), None)
 
     def _set(self, transfer: Transfer, state: TransferState, reason: str, **changes: Any) -> Transfer:
@@ -574,7 +743,7 @@ class TransferDesk:
         if transfer is None:
             raise NotFound(f"transfer {validation.shown(name)} not found (the controller may have restarted)")
         expected = transfer.spec.dst if role is JobRole.RECEIVE else transfer.spec.src
-        if role is JobRole.STOP or dtn != expected:
+        if role not in SIDES or dtn != expected:
             raise PermissionDenied(f"dtn {dtn} is not the {role.lower()} side of {transfer.name}")
         return transfer
 
@@ -666,7 +835,12 @@ class TransferDesk:
             return
         self._recovered[transfer.id] = now
         if transfer.state is TransferState.RUNNING:
-            self._transfers[transfer.id] = replace(transfer, last_report=now)
+            self._transfers[transfer.id] = transfer = replace(transfer, last_report=now)
+            if reservation.schedule != transfer.schedule:
+                self._transfers[transfer.id] = transfer = replace(transfer, schedule=reservation.schedule)
+                self._write(transfer)
+            self._repace(transfer, reservation.meter_bps,
+                         f"found so when the controller restarted: {reservation.name} {reservation.reason}")
         elif transfer.state is TransferState.STARTING:
             self._set(transfer, TransferState.STARTING,
                       f"the controller restarted; waiting for the receiver on {transfer.spec.dst} to listen")
@@ -678,11 +852,16 @@ class TransferDesk:
                       f"the controller restarted; waiting for the path ({reservation.name} {reservation.state})")
 
 
-def pacing_bps(spec: TransferSpec, emulation_scale: float) -> int:
-    """The rate the sender is held to on the wire: its `pace` when given, else just under its booking."""
-    if spec.pace is not None:
-        return int(spec.pace * emulation_scale)
-    return int(spec.bandwidth * emulation_scale * PACING_SHARE)
+def pacing_bps(spec: TransferSpec, meter_bps: int, emulation_scale: float) -> int:
+    """The rate the sender is held to on the wire while its reservation's meter allows `meter_bps`
+    (nominal): its `pace` when given and below the meter, else just under the meter."""
+    return max(1, int(_nominal_pacing(spec, meter_bps) * emulation_scale))
+
+
+def _nominal_pacing(spec: TransferSpec, meter_bps: int) -> float:
+    if spec.pace is not None and spec.pace < meter_bps:
+        return spec.pace
+    return meter_bps * PACING_SHARE
 
 
 def _awaited(transfer: Transfer) -> str | None:
@@ -716,12 +895,15 @@ def _row(t: Transfer) -> store.Row:
         "state": t.state.value, "reason": t.reason, "created": t.created, "updated": t.updated,
         "spec": {"src": s.src, "dst": s.dst, "bandwidth": s.bandwidth, "size": s.size, "files": list(s.files),
                  "destination": s.destination, "streams": s.streams, "engine": s.engine, "policy": s.policy,
-                 "pace": s.pace},
+                 "pace": s.pace, "deadline": s.deadline},
         "rate": _rate_json(t.rate), "receiver_rate": _rate_json(t.receiver_rate),
         "checksums_verified": t.checksums_verified, "sides_done": sorted(role.value for role in t.sides_done),
         "last_report": t.last_report,
         "handed": [{"role": j.role.value, "peer_host": j.peer_host, "peer_port": j.peer_port,
                     "pacing_bps": j.pacing_bps} for j in t.handed],
+        "paced_meter": t.paced_meter,
+        "schedule": [{"start": step.start, "end": step.end, "bandwidth": step.bandwidth} for step in t.schedule],
+        "projected_finish": t.projected_finish, "behind": t.behind,
     }
     return store.Row(t.id, t.owner, t.request_id, t.reservation_id, t.state.value, body)
 
@@ -749,19 +931,23 @@ def _transfer_from(stored: store.Stored) -> Transfer:
     spec = TransferSpec(src=s.text("src"), dst=s.text("dst"), bandwidth=s.integer("bandwidth"),
                         size=s.integer("size", optional=True), files=s.texts("files"),
                         destination=s.text("destination"), streams=s.integer("streams"), engine=s.text("engine"),
-                        policy=s.text("policy"), pace=s.integer("pace", optional=True) if "pace" in s.data else None)
+                        policy=s.text("policy"), pace=s.integer("pace", optional=True) if "pace" in s.data else None,
+                        deadline=s.number("deadline", optional=True) if "deadline" in s.data else None)
     state = TransferState(f.choice("state", TransferState))
     reservation_id = f.text("reservation_id")
     handed = []
     for h in f.children("handed"):
-        role = JobRole(h.choice("role", (JobRole.RECEIVE, JobRole.SEND)))
+        role = JobRole(h.choice("role", (*SIDES, JobRole.PACE)))
         handed.append(Job(stored.id, role, spec.dst if role is JobRole.RECEIVE else spec.src, spec,
                           f"reservations/{reservation_id}", h.text("peer_host"), h.integer("peer_port"),
                           h.integer("pacing_bps", optional=True)))
     sides = f.texts("sides_done")
     for side in sides:
-        if side not in (JobRole.RECEIVE, JobRole.SEND):
+        if side not in SIDES:
             f.bad("sides_done", f"{side!r} is not RECEIVE or SEND")
+    # Rows written before pacing followed the meter, or deadlines existed, lack these fields.
+    schedule = tuple(ScheduleStep(step.number("start"), step.number("end"), step.integer("bandwidth"))
+                     for step in (f.children("schedule") if "schedule" in f.data else ()))
     return Transfer(
         id=stored.id, owner=f.text("owner"), spec=spec, state=state, reason=f.text("reason"),
         reservation_id=reservation_id, created=f.number("created"), updated=f.number("updated"),
@@ -769,7 +955,10 @@ def _transfer_from(stored: store.Stored) -> Transfer:
         receiver_rate=_rate_from(f.child("receiver_rate", optional=True)),
         checksums_verified=f.flag("checksums_verified", optional=True),
         sides_done=frozenset(JobRole(side) for side in sides), last_report=f.number("last_report"),
-        handed=tuple(handed))
+        handed=tuple(handed), paced_meter=f.integer("paced_meter") if "paced_meter" in f.data else 0,
+        schedule=schedule,
+        projected_finish=f.number("projected_finish", optional=True) if "projected_finish" in f.data else None,
+        behind=bool(f.flag("behind")) if "behind" in f.data else False)
 
 
 def _rate_from(f: store.Fields | None) -> RateReport | None:

@@ -67,6 +67,12 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="keep an ended (released, expired, failed) reservation in memory this long, e.g. 90s, "
                              "1h; 0: not at all, 'forever': never forget. After that only --state holds it, and "
                              "GetReservation and ListReservations read it from there (default 5m)")
+    parser.add_argument("--hold-timeout", default="120s", metavar="DURATION",
+                        help="how long a two-phase hold (HELD) waits for its commit before its booking is freed "
+                             "(default 120s, as OpenNSA and SuPA)")
+    parser.add_argument("--share-step", type=float, default=5.0, metavar="PERCENT",
+                        help="change an elastic reservation's meter only when a re-solve moves its share by more "
+                             "than this percentage of its ceiling (default 5)")
     http = parser.add_mutually_exclusive_group()
     http.add_argument("--listen-http", metavar="HOST:PORT",
                       help="serve the live traffic map and Prometheus /metrics here (read-only; default "
@@ -141,6 +147,8 @@ def run_controller(args: argparse.Namespace) -> int:
                               http_required=args.listen_http is not None,
                               allow_plaintext_tokens=args.allow_plaintext_tokens,
                               keep_ended=parse_keep_ended(args.keep_ended),
+                              hold_timeout=_hold_timeout(args.hold_timeout),
+                              share_step=_share_step(args.share_step),
                               max_streams=args.max_streams,
                               max_streams_per_principal=args.max_streams_per_principal,
                               reroute=reroute_policy(args),
@@ -173,6 +181,26 @@ def reroute_policy(args: argparse.Namespace) -> ReroutePolicy:
         for option, name, _, _ in _REROUTE_OPTIONS:
             message = re.sub(rf"\b{name}\b", option, message)
         raise InvalidArgument(message) from None
+
+
+def _hold_timeout(text: str) -> float:
+    """Seconds of `--hold-timeout`: above 0, at most a day."""
+    from sdn_app.core.errors import InvalidArgument
+    from sdn_app.core.units import parse_duration
+
+    seconds = parse_duration(text, "--hold-timeout")
+    if not 0 < seconds <= 86400:
+        raise InvalidArgument(f"--hold-timeout: above 0 and at most a day, got {text!r}")
+    return seconds
+
+
+def _share_step(percent: float) -> float:
+    """`--share-step` as a fraction of the ceiling."""
+    from sdn_app.core.errors import InvalidArgument
+
+    if not 0 <= percent < 100:
+        raise InvalidArgument(f"--share-step: a percentage from 0 to below 100, got {percent:g}")
+    return percent / 100
 
 
 def parse_keep_ended(text: str) -> float:

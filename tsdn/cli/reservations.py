@@ -15,6 +15,7 @@ from google.protobuf.json_format import MessageToDict
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import POLICIES
+from sdn_app.core.reservation import MAX_PRIORITY
 from sdn_app.core.units import format_bandwidth, format_time, format_window, parse_bandwidth, parse_time
 from tsdn.cli.request_args import add_request_arguments, request_from_args
 from tsdn.output import EXIT_BAD_INPUT, EXIT_REFUSED, fail, print_json, table
@@ -23,7 +24,8 @@ EXIT_AUTH = 3
 EXIT_UNAVAILABLE = 4
 DEFAULT_LIST_LIMIT = 100
 MAX_PAGE_SIZE = 1000  # the controller's largest page
-STATES = ("SCHEDULED", "PROVISIONING", "ACTIVE", "MOVING", "DEGRADED", "RELEASED", "EXPIRED", "FAILED")
+STATES = ("HELD", "SCHEDULED", "PROVISIONING", "ACTIVE", "MOVING", "DEGRADED", "RESERVED", "RELEASED", "EXPIRED",
+          "FAILED")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     request.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label (repeat)")
     request.add_argument("--request-id", help="idempotency key: a retry with it never books twice (default: new)")
     request.add_argument("--validate-only", action="store_true", help="check admission, book nothing")
+    request.add_argument("--hold", action="store_true",
+                         help="two phases: book and hold (HELD) until `tsdn path commit`; the hold times out")
+    request.add_argument("--manual-provision", action="store_true",
+                         help="no flows at the window's start until `tsdn path provision` (NSI style)")
+    request.add_argument("--priority", type=int, default=0, metavar="N",
+                         help="weight among elastic reservations, at most your own (default: your own)")
+    request.add_argument("--ceiling", metavar="BW",
+                         help="elastic: share spare capacity up to BW by priority; --bandwidth is the floor")
     request.add_argument("--no-wait", action="store_true",
                          help="return at once instead of waiting until the switches confirm (ACTIVE) or refuse")
     _client_options(request, run_request)
@@ -49,7 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     _client_options(listing, run_list)
 
     for name, run, text in (("show", run_show, "show one reservation"),
-                            ("release", run_release, "release a reservation and its bandwidth")):
+                            ("release", run_release, "release a reservation and its bandwidth"),
+                            ("commit", _calling("commit_reservation"), "commit a HELD reservation"),
+                            ("abort", _calling("abort_reservation"), "abort a HELD reservation, freeing its booking"),
+                            ("provision", _calling("provision_reservation"),
+                             "install a reservation's flows (now in its window, else at its start)"),
+                            ("unprovision", _calling("unprovision_reservation"),
+                             "remove a reservation's flows and keep its booking (NSI's release)")):
         command = sub.add_parser(name, help=text)
         command.add_argument("id", metavar="ID", help="reservation id or reservations/ID")
         _client_options(command, run)
@@ -61,6 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     end.add_argument("--end", metavar="T", help="new end: ISO 8601, '+2h', or epoch seconds")
     end.add_argument("--until-released", action="store_true", help="remove the end time")
     modify.add_argument("--validate-only", action="store_true", help="check, change nothing")
+    modify.add_argument("--priority", type=int, metavar="N", help="new priority, at most your own")
+    modify.add_argument("--ceiling", metavar="BW", help="an elastic reservation's new ceiling")
     modify.add_argument("--move", action="store_true",
                         help="move to a new path (make-before-break) computed with --policy/--include/--exclude/"
                              "--max-hops, which replace the reservation's own constraints")
@@ -170,6 +188,19 @@ def _print_reservation(r, args: argparse.Namespace) -> None:
     print(f"{r.name}  {pb.ReservationState.Name(r.state)}  owner {r.owner}")
     print(f"  {r.source_dtn} -> {r.destination_dtn}: {format_bandwidth(r.bandwidth_bps)}, "
           f"{pb.PathPolicy.Name(r.policy).lower()}, {format_window(_epoch(r.start_time), end)}")
+    if r.ceiling_bps:
+        print(f"  elastic: floor {format_bandwidth(r.bandwidth_bps)}, ceiling {format_bandwidth(r.ceiling_bps)}, "
+              f"share now {format_bandwidth(r.share_bps)}, priority {r.priority}")
+    else:
+        print(f"  priority {r.priority}" + (f", meter now {format_bandwidth(r.share_bps)}"
+                                            if r.share_bps != r.bandwidth_bps else ""))
+    if r.HasField("hold_expire_time"):
+        print(f"  held until {format_time(_epoch(r.hold_expire_time))}: commit or abort")
+    if not r.provision:
+        print("  data plane: not provisioned (`tsdn path provision` installs its flows)")
+    for step in r.schedule:
+        print(f"  step: {format_bandwidth(step.bandwidth_bps)} "
+              f"{format_window(_epoch(step.start_time), _epoch(step.end_time))}")
     if r.state_reason:
         print(f"  reason: {r.state_reason}")
     for label, path in (("path:  ", r.path), ("backup:", r.backup_path)):
@@ -199,7 +230,9 @@ def run_request(args: argparse.Namespace, client) -> int:
         end=None if math.isinf(request.end) or args.duration else request.end,
         duration=request.end - request.start if args.duration else None, policy=request.policy, include=request.include,
         exclude=request.exclude, max_hops=request.max_hops, protect=request.protect, labels=labels,
-        request_id=args.request_id, validate_only=args.validate_only,
+        request_id=args.request_id, validate_only=args.validate_only, hold=args.hold,
+        manual_provision=args.manual_provision, priority=_priority(args.priority, allow_zero=True),
+        ceiling_bps=parse_bandwidth(args.ceiling, "--ceiling") if args.ceiling else 0,
     )
     from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 
@@ -240,12 +273,24 @@ def run_list(args: argparse.Namespace, client) -> int:
     if args.json:
         print_json([_as_dict(r) for r in found])
         return 0
-    print(table(["ID", "STATE", "OWNER", "SRC", "DST", "BANDWIDTH", "START", "END", "PATH"],
+    print(table(["ID", "STATE", "OWNER", "SRC", "DST", "BANDWIDTH", "PRIO", "FLOOR", "CEILING", "SHARE", "START",
+                 "END", "PATH"],
                 [(r.id, pb.ReservationState.Name(r.state), r.owner, r.source_dtn, r.destination_dtn,
-                  format_bandwidth(r.bandwidth_bps), format_time(_epoch(r.start_time)),
+                  format_bandwidth(r.bandwidth_bps), r.priority,
+                  format_bandwidth(r.bandwidth_bps) if r.ceiling_bps else "-",
+                  format_bandwidth(r.ceiling_bps) if r.ceiling_bps else "-", format_bandwidth(r.share_bps),
+                  format_time(_epoch(r.start_time)),
                   format_time(_epoch(r.end_time)) if r.HasField("end_time") else "released",
                   " > ".join(r.path.route[1:-1])) for r in found]))
     return 0
+
+
+def _calling(method: str) -> Callable[[argparse.Namespace, object], int]:
+    """A command that calls `method` of the client on the reservation ID and prints the result."""
+    def run(args: argparse.Namespace, client) -> int:
+        _print_reservation(getattr(client, method)(args.id), args)
+        return 0
+    return run
 
 
 def run_show(args: argparse.Namespace, client) -> int:
@@ -270,12 +315,21 @@ def run_modify(args: argparse.Namespace, client) -> int:
             raise InvalidArgument(f"--max-hops: must be zero or more, got {args.max_hops}")
     elif args.policy or args.include or args.exclude or args.max_hops is not None:
         raise InvalidArgument("--policy, --include, --exclude and --max-hops describe a new path: add --move")
-    if bandwidth is None and end is None and not args.move:
-        raise InvalidArgument("give --bandwidth, --end, --until-released or --move")
+    ceiling = parse_bandwidth(args.ceiling, "--ceiling") if args.ceiling else None
+    priority = _priority(args.priority) if args.priority is not None else None
+    if bandwidth is None and end is None and not args.move and priority is None and ceiling is None:
+        raise InvalidArgument("give --bandwidth, --end, --until-released, --move, --priority or --ceiling")
     _print_reservation(client.modify_reservation(
         args.id, bandwidth, end, args.validate_only, move=args.move, policy=args.policy or "shortest",
-        include=args.include, exclude=args.exclude, max_hops=args.max_hops), args)
+        include=args.include, exclude=args.exclude, max_hops=args.max_hops, priority=priority,
+        ceiling_bps=ceiling), args)
     return 0
+
+
+def _priority(value: int, allow_zero: bool = False) -> int:
+    if not (0 if allow_zero else 1) <= value <= MAX_PRIORITY:
+        raise InvalidArgument(f"--priority: from 1 to {MAX_PRIORITY} (and at most your own), got {value}")
+    return value
 
 
 def run_watch(args: argparse.Namespace, client) -> int:

@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import POLICIES
 from sdn_app.core.reports import ENGINES
-from sdn_app.core.units import format_bandwidth, format_bytes, parse_bandwidth, parse_size
+from sdn_app.core.units import (
+    format_bandwidth,
+    format_bytes,
+    format_time,
+    parse_bandwidth,
+    parse_size,
+    parse_time,
+)
 from tsdn.cli.reservations import _as_dict, _client_options
 from tsdn.output import EXIT_REFUSED, print_json, table
 
@@ -30,7 +37,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "when it failed or was refused.")
     start.add_argument("src", metavar="SRC", help="source DTN")
     start.add_argument("dst", metavar="DST", help="destination DTN")
-    start.add_argument("--bandwidth", "-b", required=True, metavar="BW", help="bandwidth to reserve, e.g. 40G")
+    start.add_argument("--bandwidth", "-b", metavar="BW",
+                       help="bandwidth to reserve, e.g. 40G (required unless --deadline)")
+    start.add_argument("--deadline", metavar="TIME",
+                       help="finish by TIME (ISO 8601 like 2026-11-26T06:00Z, or relative like +6h): the controller "
+                            "schedules the bandwidth instead of --bandwidth; needs --size")
     payload = start.add_mutually_exclusive_group(required=True)
     payload.add_argument("--size", metavar="SIZE", help="memory-to-memory: this many bytes, e.g. 50G or 64MiB")
     payload.add_argument("--files", nargs="+", metavar="PATH",
@@ -72,8 +83,29 @@ def _rate(t) -> str:
     return text
 
 
+def _epoch(timestamp) -> float:
+    return timestamp.seconds + timestamp.nanos / 1e9
+
+
+def _schedule_lines(t) -> list[str]:
+    """A deadline transfer's schedule, a line per step."""
+    return [f"  {format_time(_epoch(step.start_time))} .. {format_time(_epoch(step.end_time))}  "
+            f"{format_bandwidth(step.bandwidth_bps)}bit/s" for step in t.schedule]
+
+
+def _finish(t) -> str:
+    """A deadline transfer's projected finish against its deadline ("" without a deadline)."""
+    if not t.HasField("deadline"):
+        return ""
+    deadline = format_time(_epoch(t.deadline))
+    if not t.HasField("projected_finish_time"):
+        return f"  deadline {deadline}"
+    late = " LATE" if _epoch(t.projected_finish_time) > _epoch(t.deadline) else ""
+    return f"  finish ~{format_time(_epoch(t.projected_finish_time))}{late} (deadline {deadline})"
+
+
 def _progress_line(t) -> str:
-    """One line: state, bar (memory-to-memory), bytes, rate, path."""
+    """One line: state, bar (memory-to-memory), bytes, rate, path; a deadline transfer's projected finish."""
     done = t.rate.bytes_total if t.HasField("rate") else 0
     rate = _rate(t)
     if t.HasField("size_bytes"):
@@ -84,17 +116,25 @@ def _progress_line(t) -> str:
     else:
         amount = format_bytes(done)
     path = " > ".join(t.path) if t.path else "-"
-    return f"{_state(t.state):9} {amount}  {rate}  path {path}"
+    return f"{_state(t.state):9} {amount}  {rate}  path {path}{_finish(t)}"
 
 
 def run_transfer(args: argparse.Namespace, client) -> int:
     """Start the transfer and follow it to its end."""
     from northbound.client import ApiError
 
-    bandwidth = parse_bandwidth(args.bandwidth, "--bandwidth")
+    deadline = parse_time(args.deadline, time.time(), "--deadline") if args.deadline else None
+    if deadline is None and not args.bandwidth:
+        raise InvalidArgument("--bandwidth: required (or give --deadline and let the controller schedule it)")
+    if deadline is not None and args.bandwidth:
+        raise InvalidArgument("--bandwidth: not with --deadline: the controller schedules the bandwidth to meet it")
+    if deadline is not None and not args.size:
+        raise InvalidArgument("--deadline needs --size: the controller cannot know the size of files on SRC to "
+                              "schedule them")
+    bandwidth = parse_bandwidth(args.bandwidth, "--bandwidth") if args.bandwidth else 0
     size = parse_size(args.size, "--size") if args.size else None
     pace = parse_bandwidth(args.pace, "--pace") if args.pace else None
-    if pace is not None and pace >= bandwidth:
+    if pace is not None and bandwidth and pace >= bandwidth:
         raise InvalidArgument(f"--pace: {format_bandwidth(pace)} must be below --bandwidth "
                               f"({format_bandwidth(bandwidth)})")
     if args.files and not args.destination:
@@ -104,11 +144,18 @@ def run_transfer(args: argparse.Namespace, client) -> int:
     started = time.monotonic()
     transfer = client.start_transfer(args.src, args.dst, bandwidth, size=size, files=args.files or (),
                                      destination=args.destination, streams=args.streams, engine=args.engine,
-                                     policy=args.policy, pace=pace)
+                                     policy=args.policy, pace=pace, deadline=deadline)
     bar = sys.stderr.isatty() and not args.no_progress and not args.json
-    print(f"{transfer.name}: {args.src} -> {args.dst}, {format_bandwidth(bandwidth)}bit/s booked on "
-          f"{transfer.reservation}" + (f", sender paced at {format_bandwidth(pace)}bit/s" if pace else ""),
-          file=sys.stderr)
+    if deadline is None:
+        print(f"{transfer.name}: {args.src} -> {args.dst}, {format_bandwidth(bandwidth)}bit/s booked on "
+              f"{transfer.reservation}" + (f", sender paced at {format_bandwidth(pace)}bit/s" if pace else ""),
+              file=sys.stderr)
+    else:
+        print(f"{transfer.name}: {args.src} -> {args.dst}, {format_bytes(size or 0)} by {format_time(deadline)}, "
+              f"scheduled on {transfer.reservation} (peak {format_bandwidth(transfer.bandwidth_bps)}bit/s)"
+              + (f", sender paced at {format_bandwidth(pace)}bit/s at most" if pace else ""), file=sys.stderr)
+        for line in _schedule_lines(transfer):
+            print(line, file=sys.stderr)
     last = transfer
     try:
         for event in _follow(client, transfer.name):
@@ -178,7 +225,11 @@ def _summary(t, elapsed: float, args: argparse.Namespace) -> int:
             t.checksums_verified if t.HasField("checksums_verified") else None]
         print(f"{t.name} {state}: {t.reason}")
         print(f"  moved {moved} in {elapsed:.1f} s; achieved {rate} of {format_bandwidth(t.bandwidth_bps)}bit/s "
-              f"booked; checksums {checks}")
+              f"booked{' at the peak' if t.schedule else ''}; checksums {checks}")
+        if t.HasField("deadline"):
+            ended, deadline = _epoch(t.update_time), _epoch(t.deadline)
+            verdict = "met" if state == "SUCCEEDED" and ended <= deadline else "missed"
+            print(f"  deadline {format_time(deadline)} {verdict} (ended {format_time(ended)})")
         if t.rate.pinning.method:
             pin = t.rate.pinning
             print(f"  sender pinning: {pin.method}" + (f" CPUs {','.join(map(str, pin.cpus))}" if pin.cpus else "")
@@ -209,6 +260,10 @@ def run_show(args: argparse.Namespace, client) -> int:
               + (f", paced at {format_bandwidth(t.pace_bps)}bit/s" if t.pace_bps else ""))
         print(f"  {_progress_line(t)}")
         print(f"  reason: {t.reason}\n  reservation: {t.reservation}")
+        if t.schedule:
+            print("  schedule:")
+            for line in _schedule_lines(t):
+                print(f"  {line}")
     return 0
 
 

@@ -75,7 +75,7 @@ class Rerouter:
     def report_rate(self, reservation: Reservation, achieved_bps: float, health: Health | None) -> Reservation:
         """One rate report of an ACTIVE reservation: move it, rearrange, or tell why not, when
         the reports call for it; the reservation as it is then."""
-        booked = reservation.request.bandwidth
+        booked = reservation.meter_bps
         advice = self.advisor.observe(reservation.id, booked, achieved_bps, self.clock.now(), health)
         if isinstance(advice, Underperforming):
             return self._relieve(reservation, advice)
@@ -94,7 +94,7 @@ class Rerouter:
             if r.route is None or r.state not in (State.ACTIVE, State.MOVING, State.DEGRADED):
                 continue
             rate = self.advisor.recent_rate(r.id, now)
-            sends = float(r.request.bandwidth) if rate is None else rate * WIRE_OVERHEAD
+            sends = float(r.meter_bps) if rate is None else rate * WIRE_OVERHEAD
             forward, reverse = path_directions(self.topology, r.route.primary.direction_ids)
             for d in forward:
                 owned[d.id] = owned.get(d.id, 0.0) + sends

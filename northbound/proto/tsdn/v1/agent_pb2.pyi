@@ -22,6 +22,7 @@ class TransferRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RECEIVE: _ClassVar[TransferRole]
     SEND: _ClassVar[TransferRole]
     STOP: _ClassVar[TransferRole]
+    PACE: _ClassVar[TransferRole]
 AGENT_STATE_UNSPECIFIED: AgentState
 ONLINE: AgentState
 LOST: AgentState
@@ -29,6 +30,7 @@ TRANSFER_ROLE_UNSPECIFIED: TransferRole
 RECEIVE: TransferRole
 SEND: TransferRole
 STOP: TransferRole
+PACE: TransferRole
 
 class AgentNic(_message.Message):
     __slots__ = ("name", "speed_bps", "mtu", "numa_node", "local_cpus", "pcie_usable_bps", "capacity_bps", "limit", "warnings")

@@ -22,6 +22,8 @@ class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RELEASED: _ClassVar[ReservationState]
     EXPIRED: _ClassVar[ReservationState]
     FAILED: _ClassVar[ReservationState]
+    HELD: _ClassVar[ReservationState]
+    RESERVED: _ClassVar[ReservationState]
 
 class PathPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -65,6 +67,8 @@ DEGRADED: ReservationState
 RELEASED: ReservationState
 EXPIRED: ReservationState
 FAILED: ReservationState
+HELD: ReservationState
+RESERVED: ReservationState
 PATH_POLICY_UNSPECIFIED: PathPolicy
 SHORTEST: PathPolicy
 WIDEST: PathPolicy
@@ -117,7 +121,7 @@ class Path(_message.Message):
     def __init__(self, route: _Optional[_Iterable[str]] = ..., hops: _Optional[_Iterable[_Union[Hop, _Mapping]]] = ..., links: _Optional[_Iterable[str]] = ..., hop_count: _Optional[int] = ..., latency_ms: _Optional[float] = ..., free_bps: _Optional[int] = ..., bottleneck: _Optional[str] = ...) -> None: ...
 
 class Reservation(_message.Message):
-    __slots__ = ("name", "id", "owner", "source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "state", "state_reason", "path", "backup_path", "create_time", "update_time", "history")
+    __slots__ = ("name", "id", "owner", "source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "state", "state_reason", "path", "backup_path", "create_time", "update_time", "history", "hold_expire_time", "provision", "priority", "ceiling_bps", "share_bps", "schedule")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +151,12 @@ class Reservation(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
+    HOLD_EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    PROVISION_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CEILING_BPS_FIELD_NUMBER: _ClassVar[int]
+    SHARE_BPS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     name: str
     id: str
     owner: str
@@ -169,7 +179,29 @@ class Reservation(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     history: _containers.RepeatedCompositeFieldContainer[ReservationHistory]
-    def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[ReservationHistory, _Mapping]]] = ...) -> None: ...
+    hold_expire_time: _timestamp_pb2.Timestamp
+    provision: bool
+    priority: int
+    ceiling_bps: int
+    share_bps: int
+    schedule: _containers.RepeatedCompositeFieldContainer[ScheduleStep]
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[ReservationHistory, _Mapping]]] = ..., hold_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provision: _Optional[bool] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ..., share_bps: _Optional[int] = ..., schedule: _Optional[_Iterable[_Union[ScheduleStep, _Mapping]]] = ...) -> None: ...
+
+class ScheduleStep(_message.Message):
+    __slots__ = ("start_time", "end_time", "bandwidth_bps")
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    bandwidth_bps: int
+    def __init__(self, start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., bandwidth_bps: _Optional[int] = ...) -> None: ...
+
+class ReservationRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ReservationHistory(_message.Message):
     __slots__ = ("time", "state", "reason", "decision")
@@ -292,7 +324,7 @@ class Hold(_message.Message):
     def __init__(self, moved_ago_seconds: _Optional[float] = ..., hold_down_seconds: _Optional[float] = ..., moves: _Optional[int] = ..., window_seconds: _Optional[float] = ..., budget: _Optional[int] = ...) -> None: ...
 
 class CreateReservationRequest(_message.Message):
-    __slots__ = ("source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "validate_only")
+    __slots__ = ("source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "validate_only", "hold", "manual_provision", "priority", "ceiling_bps")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -314,6 +346,10 @@ class CreateReservationRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    MANUAL_PROVISION_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CEILING_BPS_FIELD_NUMBER: _ClassVar[int]
     source_dtn: str
     destination_dtn: str
     bandwidth_bps: int
@@ -328,7 +364,11 @@ class CreateReservationRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     request_id: str
     validate_only: bool
-    def __init__(self, source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+    hold: bool
+    manual_provision: bool
+    priority: int
+    ceiling_bps: int
+    def __init__(self, source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., validate_only: _Optional[bool] = ..., hold: _Optional[bool] = ..., manual_provision: _Optional[bool] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ...) -> None: ...
 
 class GetReservationRequest(_message.Message):
     __slots__ = ("name",)
@@ -359,20 +399,24 @@ class ListReservationsResponse(_message.Message):
     def __init__(self, reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ModifyReservationRequest(_message.Message):
-    __slots__ = ("name", "bandwidth_bps", "end_time", "until_released", "validate_only", "path")
+    __slots__ = ("name", "bandwidth_bps", "end_time", "until_released", "validate_only", "path", "priority", "ceiling_bps")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     UNTIL_RELEASED_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    CEILING_BPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     bandwidth_bps: int
     end_time: _timestamp_pb2.Timestamp
     until_released: bool
     validate_only: bool
     path: PathConstraints
-    def __init__(self, name: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until_released: _Optional[bool] = ..., validate_only: _Optional[bool] = ..., path: _Optional[_Union[PathConstraints, _Mapping]] = ...) -> None: ...
+    priority: int
+    ceiling_bps: int
+    def __init__(self, name: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until_released: _Optional[bool] = ..., validate_only: _Optional[bool] = ..., path: _Optional[_Union[PathConstraints, _Mapping]] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ...) -> None: ...
 
 class PathConstraints(_message.Message):
     __slots__ = ("policy", "include", "exclude", "max_hops")
@@ -393,7 +437,7 @@ class DeleteReservationRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class QueryAvailabilityRequest(_message.Message):
-    __slots__ = ("source_dtn", "destination_dtn", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "max_paths")
+    __slots__ = ("source_dtn", "destination_dtn", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "max_paths", "size_bytes")
     SOURCE_DTN_FIELD_NUMBER: _ClassVar[int]
     DESTINATION_DTN_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -404,6 +448,7 @@ class QueryAvailabilityRequest(_message.Message):
     EXCLUDE_FIELD_NUMBER: _ClassVar[int]
     MAX_HOPS_FIELD_NUMBER: _ClassVar[int]
     MAX_PATHS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     source_dtn: str
     destination_dtn: str
     start_time: _timestamp_pb2.Timestamp
@@ -414,17 +459,22 @@ class QueryAvailabilityRequest(_message.Message):
     exclude: _containers.RepeatedScalarFieldContainer[str]
     max_hops: int
     max_paths: int
-    def __init__(self, source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., max_paths: _Optional[int] = ...) -> None: ...
+    size_bytes: int
+    def __init__(self, source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., max_paths: _Optional[int] = ..., size_bytes: _Optional[int] = ...) -> None: ...
 
 class QueryAvailabilityResponse(_message.Message):
-    __slots__ = ("max_bandwidth_bps", "paths", "reason")
+    __slots__ = ("max_bandwidth_bps", "paths", "reason", "earliest_finish_time", "schedule")
     MAX_BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
     PATHS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     max_bandwidth_bps: int
     paths: _containers.RepeatedCompositeFieldContainer[Path]
     reason: str
-    def __init__(self, max_bandwidth_bps: _Optional[int] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
+    earliest_finish_time: _timestamp_pb2.Timestamp
+    schedule: _containers.RepeatedCompositeFieldContainer[ScheduleStep]
+    def __init__(self, max_bandwidth_bps: _Optional[int] = ..., paths: _Optional[_Iterable[_Union[Path, _Mapping]]] = ..., reason: _Optional[str] = ..., earliest_finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule: _Optional[_Iterable[_Union[ScheduleStep, _Mapping]]] = ...) -> None: ...
 
 class WatchReservationsRequest(_message.Message):
     __slots__ = ("name", "include_existing")

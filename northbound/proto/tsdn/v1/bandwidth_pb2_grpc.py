@@ -69,6 +69,26 @@ class BandwidthServiceStub:
                 request_serializer=tsdn_dot_v1_dot_bandwidth__pb2.WatchReservationsRequest.SerializeToString,
                 response_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationEvent.FromString,
                 _registered_method=True)
+        self.CommitReservation = channel.unary_unary(
+                '/tsdn.v1.BandwidthService/CommitReservation',
+                request_serializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.SerializeToString,
+                response_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
+                _registered_method=True)
+        self.AbortReservation = channel.unary_unary(
+                '/tsdn.v1.BandwidthService/AbortReservation',
+                request_serializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.SerializeToString,
+                response_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
+                _registered_method=True)
+        self.ProvisionReservation = channel.unary_unary(
+                '/tsdn.v1.BandwidthService/ProvisionReservation',
+                request_serializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.SerializeToString,
+                response_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
+                _registered_method=True)
+        self.UnprovisionReservation = channel.unary_unary(
+                '/tsdn.v1.BandwidthService/UnprovisionReservation',
+                request_serializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.SerializeToString,
+                response_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
+                _registered_method=True)
 
 
 class BandwidthServiceServicer:
@@ -124,6 +144,35 @@ class BandwidthServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CommitReservation(self, request, context):
+        """Two phases: makes a HELD reservation a normal one. FAILED_PRECONDITION when its hold
+        expired (the message names when); a retry on a committed one returns it unchanged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortReservation(self, request, context):
+        """Two phases: gives up a HELD reservation, freeing its booking (RELEASED).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProvisionReservation(self, request, context):
+        """Wants the reservation's flows: installed now in its window, else at its start.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnprovisionReservation(self, request, context):
+        """NSI's release: removes the flows and keeps the booking (RESERVED until provisioned again).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BandwidthServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -161,6 +210,26 @@ def add_BandwidthServiceServicer_to_server(servicer, server):
                     servicer.WatchReservations,
                     request_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.WatchReservationsRequest.FromString,
                     response_serializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationEvent.SerializeToString,
+            ),
+            'CommitReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitReservation,
+                    request_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.FromString,
+                    response_serializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.SerializeToString,
+            ),
+            'AbortReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortReservation,
+                    request_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.FromString,
+                    response_serializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.SerializeToString,
+            ),
+            'ProvisionReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProvisionReservation,
+                    request_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.FromString,
+                    response_serializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.SerializeToString,
+            ),
+            'UnprovisionReservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnprovisionReservation,
+                    request_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.FromString,
+                    response_serializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -352,6 +421,114 @@ class BandwidthService:
             '/tsdn.v1.BandwidthService/WatchReservations',
             tsdn_dot_v1_dot_bandwidth__pb2.WatchReservationsRequest.SerializeToString,
             tsdn_dot_v1_dot_bandwidth__pb2.ReservationEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsdn.v1.BandwidthService/CommitReservation',
+            tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.SerializeToString,
+            tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsdn.v1.BandwidthService/AbortReservation',
+            tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.SerializeToString,
+            tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProvisionReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsdn.v1.BandwidthService/ProvisionReservation',
+            tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.SerializeToString,
+            tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnprovisionReservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsdn.v1.BandwidthService/UnprovisionReservation',
+            tsdn_dot_v1_dot_bandwidth__pb2.ReservationRequest.SerializeToString,
+            tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
             options,
             channel_credentials,
             insecure,

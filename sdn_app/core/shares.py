@@ -1,0 +1,71 @@
+"""Elastic reservations' shares as the book sees them: who takes part, what they share, and which
+meters a re-solve changes.
+
+An elastic reservation books its floor in the ledger like a guaranteed bandwidth; above it, it
+shares what every booking leaves on its path at this instant (`spare`: capacity minus what is
+booked now, holds and floors included; nothing on a link that is down) with the other elastic
+reservations, by priority, as `sharing.solve` divides it. Only those whose flows carry traffic
+take part (PROVISIONING, ACTIVE, MOVING, in their window); a held one, one before its window,
+one with its data plane released or one DEGRADED keeps its floor.
+
+A re-solve changes a reservation's meter only when its share moved by more than `step` x its
+ceiling (`--share-step`), so small shifts do not churn meters and pacing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Set
+
+from sdn_app.core import sharing
+from sdn_app.core.ledger import Ledger
+from sdn_app.core.reservation import Reservation, State
+from sdn_app.core.topology import Topology
+
+DEFAULT_SHARE_STEP = 0.05  # of a reservation's ceiling: smaller share changes leave its meter alone
+_SHARING = frozenset({State.PROVISIONING, State.ACTIVE, State.MOVING})
+
+
+class Shares:
+    """Solves the shares of the elastic reservations among `live`."""
+
+    def __init__(self, topology: Topology, ledger: Ledger, live: Mapping[str, Reservation],
+                 down_links: Callable[[], Set[str]], step: float = DEFAULT_SHARE_STEP):
+        if isinstance(step, bool) or not isinstance(step, int | float) or not 0 <= step < 1:
+            raise ValueError(f"share step: a fraction of the ceiling from 0 to below 1, got {step!r}")
+        self.topology = topology
+        self.ledger = ledger
+        self.live = live
+        self.down_links = down_links
+        self.step = float(step)
+
+    def sharing(self, now: float) -> list[Reservation]:
+        """The elastic reservations that take part in a re-solve now, oldest first."""
+        return sorted((r for r in self.live.values()
+                       if r.elastic and r.state in _SHARING and r.route is not None and r.request.start <= now),
+                      key=lambda r: (r.created, r.id))
+
+    def solve(self, now: float) -> dict[str, int]:
+        """Every sharing reservation's share (bits/s) now."""
+        taking_part = self.sharing(now)
+        if not taking_part:
+            return {}
+        claims = [_claim(r) for r in taking_part]
+        directions = {d for c in claims for d in c.directions}
+        down = self.down_links()
+        after = math.nextafter(now, math.inf)
+        spare = {d: 0 if self.topology.directions[d].link in down
+                 else self.ledger.capacities[d] - self.ledger.used(d, now, after)
+                 for d in directions if d in self.ledger.capacities}
+        return sharing.solve(claims, spare)
+
+    def changes(self, shares: Mapping[str, int]) -> dict[str, int]:
+        """The shares that differ from the reservations' meters by more than the step."""
+        claims = {rid: _claim(self.live[rid]) for rid in shares}
+        current = {rid: self.live[rid].rate for rid in shares if self.live[rid].rate}
+        return sharing.changed(current, shares, claims, self.step)
+
+
+def _claim(r: Reservation) -> sharing.Claim:
+    assert r.route is not None
+    return sharing.Claim(r.id, r.route.primary.direction_ids, r.request.bandwidth, r.ceiling, r.priority)
