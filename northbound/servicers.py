@@ -23,6 +23,7 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc as pb_grpc
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
 from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
 from northbound.streams import OPEN_HEADER
+from sdn_app.core import validation
 from sdn_app.core.errors import InvalidArgument, TsdnError
 from sdn_app.core.reservation import Event, Principal, Role
 from sdn_app.core.reservations import ReservationBook
@@ -266,11 +267,20 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
     def QueryAvailability(self, request: pb.QueryAvailabilityRequest, context, principal: Principal):
         max_paths = request.max_paths or 3
 
+        validation.whole(request.size_bytes, "size_bytes", 0, validation.MAX_COUNT // 8)
+
         def query() -> pb.QueryAvailabilityResponse:
             path_request = convert.path_request_in(request, 1, self.book.clock.now())
             found = self.book.availability(principal, path_request, max_paths)
-            return pb.QueryAvailabilityResponse(max_bandwidth_bps=found.max_bandwidth,
-                                                paths=[convert.path_out(p) for p in found.paths], reason=found.reason)
+            reply = pb.QueryAvailabilityResponse(max_bandwidth_bps=found.max_bandwidth,
+                                                 paths=[convert.path_out(p) for p in found.paths],
+                                                 reason=found.reason)
+            if request.size_bytes:
+                schedule = self.book.earliest_finish(principal, path_request.src, path_request.dst,
+                                                     request.size_bytes * 8, path_request.start, path_request.policy)
+                reply.earliest_finish_time.CopyFrom(convert.timestamp_out(schedule[-1].end))
+                reply.schedule.extend(convert.schedule_out(schedule))
+            return reply
         return self.worker.call(query)
 
     async def WatchReservations(self, request: pb.WatchReservationsRequest,

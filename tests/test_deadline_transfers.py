@@ -130,6 +130,7 @@ def test_a_deadline_the_path_cannot_meet_is_refused_and_books_nothing(env):
     ({"size": None, "files": ("/data/a.root",), "destination": "/in"},
      "files: a transfer with a deadline needs size_bytes: the controller cannot know the size of files"),
     ({"bandwidth": 10 * G}, r"bandwidth_bps: leave it 0 with a deadline \(got 10G\)"),
+    ({"pace": 1 * G}, "pace_bps: not with a deadline"),
 ])
 def test_bad_deadline_requests_name_the_field_and_change_nothing(env, changes, message):
     fields = {"deadline": HOUR, **changes}
@@ -257,3 +258,18 @@ def test_the_command_line_checks_its_deadline_options(capsys, args, message):
     assert main(["transfer", "dtn1", "dtn3", *args, "--controller", "127.0.0.1:1"]) == 2
     assert message in capsys.readouterr().err
 
+
+
+def test_transfers_show_prints_the_deadline_the_projected_finish_and_the_schedule(env, capsys):
+    from tsdn.cli.transfer import run_show
+
+    transfer = running(env, env.desk.start(RUCIO, deadline_spec(env, size=TB, within=HOUR)))
+    reports_at(env, transfer, 1 * G, 5)  # falls behind: projected long after the deadline
+    message = transfer_out(env.desk.get(RUCIO, transfer.name), 1.0)
+    client = type("Client", (), {"get_transfer": lambda self, name: message})()
+    assert run_show(type("Args", (), {"id": transfer.name, "json": False})(), client) == 0
+    out = capsys.readouterr().out
+    [step] = transfer.schedule
+    finish = env.desk.get(RUCIO, transfer.name).projected_finish
+    assert f"finish ~{format_time(finish)} LATE (deadline {format_time(transfer.spec.deadline)})" in out
+    assert f"  schedule:\n    {format_time(step.start)} .. {format_time(step.end)}  {_g(step.bandwidth)}\n" in out

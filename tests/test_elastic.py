@@ -87,17 +87,21 @@ def test_the_ledger_never_books_more_than_the_floors(env):
     assert env.ledger.free(BOTTLENECK, now, now + 1) == 90 * G
 
 
-def test_small_share_changes_leave_the_meters_alone(tmp_path):
+def test_small_growth_leaves_the_meters_alone_and_any_shrink_is_applied(tmp_path):
     env = Env(tmp_path / "s.db", share_step=0.05)
     a = env.elastic("dtn1", 10 * G, 100 * G)
-    assert env.share(a) == 100 * G
-    env.book.take_changes()
     now = env.clock.now()
-    env.book.create(LOW, PathRequest("dtn4", "dtn2", 4 * G, now, now + 3600))  # 4% of a's ceiling
-    assert env.share(a) == 100 * G
-    assert [c for c in env.book.take_changes() if c.reservation_id == a.id] == []
-    env.book.create(LOW, PathRequest("dtn5", "dtn2", 6 * G, now, now + 3600))  # now 10% of it
+    g = env.book.create(LOW, PathRequest("dtn4", "dtn2", 10 * G, now, now + 3600))
     assert env.share(a) == 90 * G
+    small = env.book.create(LOW, PathRequest("dtn5", "dtn2", 1 * G, now, now + 3600))
+    assert env.share(a) == 89 * G  # 1% of its ceiling, applied: the new one needs that capacity now
+    env.book.take_changes()
+    env.book.release(LOW, small.name)  # it could grow by 1%: below the step, its meter stays
+    assert env.share(a) == 89 * G
+    assert [c for c in env.book.take_changes() if c.reservation_id == a.id] == []
+    env.book.release(LOW, g.name)  # 11%: its meter follows
+    assert env.share(a) == 100 * G
+    assert [c.reservation_id for c in env.book.take_changes()] == [g.id, a.id]  # g's flows out, a's meter up
     env.ledger.close()
 
 
@@ -162,3 +166,12 @@ def test_shares_survive_a_restart(tmp_path):
     assert 30 * G in {m.rate_bps for m in book.switch_plan("s1").meters}
     assert 70 * G in {m.rate_bps for m in book.switch_plan("s3").meters}
     ledger.close()
+
+
+def test_a_hold_counts_against_elastic_shares_at_once(env):
+    a = env.elastic("dtn1", 10 * G, 100 * G)
+    now = env.clock.now()
+    held = env.book.create(LOW, PathRequest("dtn4", "dtn2", 30 * G, now, now + 3600), terms=Terms(hold=True))
+    assert env.share(a) == 70 * G and f"{a.name} 100G -> 70G" in held.reason
+    env.book.abort(LOW, held.name)
+    assert env.share(a) == 100 * G

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sdn_app.core.clock import FakeClock
-from sdn_app.core.errors import FailedPrecondition, NoCapacity, NotFound, PermissionDenied
+from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NoCapacity, NotFound, PermissionDenied
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.reservation import Principal, Role, State, Terms
@@ -208,3 +208,40 @@ def test_a_released_data_plane_survives_a_restart_without_flows(env):
     kept = restarted.book.get(RUCIO, r.name)
     assert kept.state is State.RESERVED and not kept.provisioned
     restarted.ledger.close()
+
+
+def test_a_deadline_is_booked_as_a_schedule_whose_meter_follows_its_steps(env):
+    now = env.clock.now()
+    # 60G from now for 10 minutes on dtn1 -> dtn3 (both ways round the ring): 40G left until then
+    blocker = env.book.create(FTS, PathRequest("dtn1", "dtn4", 60 * G, now, now + 600))
+    size = 100 * G * 1200 // 8 * 8  # 100G for 20 minutes, in bits
+    r = env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", size, now + 3 * 3600)
+    # the earliest finish: 40G while the blocker holds dtn1's access link, then all of it
+    assert [(s.start - now, s.end - now, s.bandwidth) for s in r.schedule] == [(0, 600, 40 * G),
+                                                                               (600, 1560, 100 * G)]
+    assert r.meter_bps == 40 * G
+    env.book.provisioned(r.id, None)
+    env.book.release(FTS, blocker.name)
+    first_end = r.schedule[0].end
+    env.clock.advance(first_end - now)
+    env.book.tick()
+    after = env.book.get(RUCIO, r.name)
+    assert after.meter_bps == 100 * G and "schedule: 40G -> 100G" in after.reason
+    meters = {m.rate_bps for m in env.book.installs.plan(r.id).meters if m.direction == "forward"}
+    assert meters == {100 * G}
+
+
+def test_a_deadline_that_cannot_be_met_names_the_earliest_finish(env):
+    from sdn_app.core.schedules import DeadlineMissed
+
+    now = env.clock.now()
+    size = 100 * G * 3600  # an hour at 100G, in bits
+    with pytest.raises(DeadlineMissed, match="earliest possible finish") as missed:
+        env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", size, now + 1800)
+    assert missed.value.earliest >= now + 3600 and missed.value.bandwidth == 100 * G
+    assert len(env.ledger) == 0
+    with pytest.raises(InvalidArgument, match="deadline"):
+        env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", size, now - 1)
+    with pytest.raises(InvalidArgument, match="size_bytes"):
+        env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", 0, now + 3600)
+    assert env.book.earliest_finish(RUCIO, "dtn1", "dtn3", size, now)[-1].end == missed.value.earliest

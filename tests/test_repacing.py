@@ -1,6 +1,7 @@
 """A running sender's pacing changed while it sends (a PACE job: its reservation's meter changed):
 the builtin engine repaces its live sockets, measured on loopback; engines that cannot say so
-once; a PACE for no running sender is ignored.
+once; a PACE for no running sender is ignored; end to end, a reservation modified under its
+running transfer repaces it through a real controller and two real agents.
 
 Tolerance of the measured rates: a paced sender here is held by the kernel's pacing
 (SO_MAX_PACING_RATE), far below what loopback carries (12-19 Gbit/s on this project's VMs), so
@@ -27,6 +28,10 @@ from dtn_agent.jobs import JobOptions, JobRunner
 from northbound.convert import rate_in
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from sdn_app.core.reports import RateReport, TransferResult
+from tests.conftest import TRANSFER_ENDED
+from tests.test_agent_jobs import DST, SRC
+from tests.test_agent_jobs import site as site  # a fixture: two real agents on a real controller
+from tests.test_agent_jobs import tokens as tokens  # a fixture that `site` uses
 from tests.waiting import wait_for
 
 M = 10**6
@@ -194,3 +199,40 @@ def test_an_engine_that_cannot_repace_keeps_its_pacing_and_says_so_once(runner_w
     told = [m for m in caplog.messages if "cannot change its pacing" in m]
     assert told == ["transfers/p2: engine iperf3 cannot change its pacing while it runs: it keeps 400Mbit/s; the "
                     "switch's meter holds the rate to the reservation's (the controller asked for 100Mbit/s)"]
+
+
+# -- end to end: a real controller and two real agents -------------------------------------------
+
+
+def test_a_modified_reservation_repaces_its_running_transfer_end_to_end(site) -> None:
+    """The service lowers the reservation's bandwidth while the transfer runs: the controller hands
+    the source's agent a PACE job, its builtin sender follows, and the watchers are told why."""
+    _, client, _ = site
+    transfer = client.start_transfer(SRC, DST, 400 * M, size=BIG, streams=2)
+    reasons: list[str] = []
+    rates: list[float] = []
+    lock = threading.Lock()
+
+    def watch() -> None:
+        for event in client.watch_transfer(transfer.name, timeout=120):
+            with lock:
+                (rates.append(event.transfer.rate.bits_per_second) if event.reason == "rate"
+                 else reasons.append(event.reason))
+            if event.state in TRANSFER_ENDED:
+                return
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+
+    def seen() -> list[float]:
+        with lock:
+            return list(rates)
+    try:
+        wait_for(lambda: follows(seen(), 380 * M), "the sender at 95% of 400 Mbit/s", timeout=30)
+        changed = len(seen())
+        client.modify_reservation(transfer.reservation, bandwidth_bps=100 * M)
+        wait_for(lambda: follows(seen(), 95 * M, since=changed), "the sender at 95% of 100 Mbit/s", timeout=30)
+        with lock:
+            assert "pacing 380Mbit/s -> 95Mbit/s: the meter changed (modified: bandwidth 400M -> 100M)" in reasons
+    finally:
+        client.cancel_transfer(transfer.name)
+        watcher.join(30)

@@ -489,7 +489,7 @@ class Ledger:
             raise InvalidArgument("a booking needs at least one link direction")
         segments = booking.segments
         for direction in booking.directions:
-            for number, (start, end, bandwidth) in enumerate(segments[:1], 1):
+            for number, (start, end, bandwidth) in enumerate(segments, 1):
                 free = self.free(direction, start, end, ignore)
                 if free < bandwidth:
                     capacity = self.capacities[direction]

@@ -34,7 +34,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from sdn_app.core import reservation_store as store
-from sdn_app.core import validation
+from sdn_app.core import schedules, validation
 from sdn_app.core.clock import Clock
 from sdn_app.core.decisions import Decision, Trigger, render
 from sdn_app.core.errors import (
@@ -84,6 +84,7 @@ MAX_LABELS = 32
 # Seconds an ended reservation stays in memory after it ended (`keep_ended`); then only the store
 # holds it. Memory at most: reservations ending per second x this x about 1.6 kB (the process's RSS).
 DEFAULT_KEEP_ENDED = 300.0
+SCHEDULE_CANDIDATES = 3  # paths a deadline schedule is planned on, the one finishing first booked
 DEFAULT_HOLD_TIMEOUT = 120.0  # seconds a two-phase hold waits for its commit (OpenNSA and SuPA: 120 s)
 
 
@@ -221,8 +222,75 @@ class ReservationBook:
             self.refusals["failed_precondition"] += 1
             raise
 
+    def book_by_deadline(self, principal: Principal, src: str, dst: str, size_bits: int, deadline: float,
+                         policy: str = "shortest", labels: Mapping[str, str] | None = None, request_id: str = "",
+                         fingerprint: str = "", terms: Terms | None = None) -> Reservation:
+        """Book a schedule that carries `size_bits` from DTN `src` to DTN `dst` by `deadline`: a few
+        steps of constant bandwidth from now (`schedules.plan`: the earliest finish, then the
+        lowest peak) on the candidate path that finishes first. `DeadlineMissed` names the
+        earliest finish any candidate allows and the bandwidth it would take."""
+        require_role(principal, "create reservations")
+        validation.request_id(request_id)
+        if request_id and (earlier := self._by_request_id(principal.name, request_id)) is not None:
+            if fingerprint and fingerprint == earlier.fingerprint:
+                return earlier
+            raise AlreadyExists(f"request_id {request_id!r} was used for {earlier.name}, a different request; "
+                                "use a new request_id for a new request")
+        now = self.clock.now()
+        if isinstance(size_bits, bool) or not isinstance(size_bits, int) or size_bits <= 0:
+            raise InvalidArgument(f"size_bytes: must be positive, got {size_bits!r}")
+        if not math.isfinite(deadline) or deadline <= now:
+            raise InvalidArgument(f"deadline: {format_time(deadline)} is not in the future")
+        schedule, route = self._schedule(src, dst, size_bits, now, deadline, policy)
+        request = PathRequest(src, dst, max(s.bandwidth for s in schedule), now, schedule[-1].end, policy)
+        try:
+            return self._admit(principal, request, labels, request_id, False, fingerprint,
+                               replace(terms or Terms(), schedule=schedule), route)
+        except NoCapacity:
+            self.refusals["no_capacity"] += 1
+            raise
+
+    def earliest_finish(self, principal: Principal, src: str, dst: str, size_bits: int, start: float,
+                        policy: str = "shortest") -> tuple[ScheduleStep, ...]:
+        """By when `size_bits` could get from `src` to `dst` starting at `start`: the schedule that
+        would finish first (its last step's end), booking nothing."""
+        require_role(principal, "query availability")
+        if isinstance(size_bits, bool) or not isinstance(size_bits, int) or size_bits <= 0:
+            raise InvalidArgument(f"size_bytes: must be positive, got {size_bits!r}")
+        try:
+            return self._schedule(src, dst, size_bits, start, start + schedules.LOOKAHEAD - 1, policy)[0]
+        except schedules.DeadlineMissed as missed:
+            if missed.schedule:
+                return missed.schedule
+            raise
+
+    def _schedule(self, src: str, dst: str, size_bits: int, start: float, deadline: float,
+                  policy: str) -> tuple[tuple[ScheduleStep, ...], Route]:
+        """The best schedule among the candidate paths (the earliest finish, then the lowest peak),
+        and its route; `DeadlineMissed` (the one with the earliest finish) when none makes it."""
+        probe = PathRequest(src, dst, 1, start, deadline, policy)
+        cap = min([MAX_BANDWIDTH] + [limit.capacity_bps for dtn in (src, dst)
+                                     if self.host_limits is not None and (limit := self.host_limits(dtn))])
+        best: tuple[tuple[float, int], tuple[ScheduleStep, ...], Route] | None = None
+        missed: list[schedules.DeadlineMissed] = []
+        for path in self.finder.alternatives(probe, SCHEDULE_CANDIDATES):
+            try:
+                schedule = schedules.plan_transfer(self.ledger, path.direction_ids, size_bits, start, deadline, cap)
+            except schedules.DeadlineMissed as refusal:
+                missed.append(refusal)
+                continue
+            score = (schedule[-1].end, max(s.bandwidth for s in schedule))
+            if best is None or score < best[0]:
+                best = (score, schedule, Route(path))
+        if best is not None:
+            return best[1], best[2]
+        if not missed:
+            raise NoCapacity(f"no path from {src} to {dst} has bandwidth free from {format_time(start)}")
+        raise min(missed, key=lambda m: m.earliest)
+
     def _admit(self, principal: Principal, request: PathRequest, labels: Mapping[str, str] | None,
-               request_id: str, validate_only: bool, fingerprint: str, terms: Terms) -> Reservation:
+               request_id: str, validate_only: bool, fingerprint: str, terms: Terms,
+               planned: Route | None = None) -> Reservation:
         """Admit `request` for the caller, or raise why not; idempotent per `request_id`.
 
         A retry with a `request_id` already used by this caller returns that reservation
@@ -249,7 +317,7 @@ class ReservationBook:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
         self._check_pair_free(request)
         self._check_hosts(request)
-        route = self.finder.route(request)
+        route = planned or self.finder.route(request)
         if terms.hold:
             state, reason = State.HELD, f"held until {format_time(now + self.hold_timeout)}: commit or abort"
         else:
@@ -272,11 +340,10 @@ class ReservationBook:
         return self._begin(None, reservation, f"{reservation.name} admitted")
 
     def _begin(self, previous: State | None, reservation: Reservation, cause: str) -> Reservation:
-        """Record a reservation that was just created or committed (state and reason set), install
-        its flows when its window started, and re-solve the shares when it takes capacity now.
-        Elastic reservations that shrink for it are named in its own event: one announced decision."""
-        started = reservation.state in (State.PROVISIONING, State.ACTIVE)
-        shares = self.shares.changes(self.shares.solve(self.clock.now())) if started else {}
+        """Record a reservation that was just created, committed or provisioned (state and reason
+        set), re-solve the elastic shares and install its flows when its window started. Elastic
+        reservations that shrink for it are named in its own event: one announced decision."""
+        shares = self.shares.changes(self.shares.solve(self.clock.now()))  # a hold, too, takes capacity now
         if reservation.id in shares:  # elastic: its flows start at its share
             reservation = replace(reservation, rate=shares.pop(reservation.id))
             self.ledger.write(lambda db: self._update_row(db, reservation))
@@ -295,10 +362,9 @@ class ReservationBook:
             self._record(State.PROVISIONING, reservation)
         else:
             self._record(previous, reservation)
-            if reservation.state is State.PROVISIONING:
-                self.installs.install(reservation)
-        if started:
-            self._apply_shares(shares, cause)
+        self._apply_shares(shares, cause)  # shrunk meters first, then the new flows go in
+        if reservation.state is State.PROVISIONING:
+            self.installs.install(reservation)
         return reservation
 
     def _reshare(self, cause: str) -> None:
@@ -646,7 +712,7 @@ class ReservationBook:
         if old.state is State.SCHEDULED:
             return self._commit(replace(old, provisioned=False),
                                 f"data plane released by {principal.name}: no flows at its window's start")
-        new = self._commit(replace(old, provisioned=False),
+        new = self._commit(replace(old, provisioned=False, rate=old.rate if old.schedule else 0),
                            f"data plane released by {principal.name}: flows removed, booking kept until "
                            f"{format_time(old.request.end)}", State.RESERVED)
         self._uninstall(old.id)

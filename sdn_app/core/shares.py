@@ -5,11 +5,14 @@ An elastic reservation books its floor in the ledger like a guaranteed bandwidth
 shares what every booking leaves on its path at this instant (`spare`: capacity minus what is
 booked now, holds and floors included; nothing on a link that is down) with the other elastic
 reservations, by priority, as `sharing.solve` divides it. Only those whose flows carry traffic
-take part (PROVISIONING, ACTIVE, MOVING, in their window); a held one, one before its window,
-one with its data plane released or one DEGRADED keeps its floor.
+take part (PROVISIONING, ACTIVE, MOVING, DEGRADED, in their window; a DEGRADED one crosses a
+link that is down, with no spare, so it gets its floor); a held one, one before its window or one
+with its data plane released has no flows and no share.
 
-A re-solve changes a reservation's meter only when its share moved by more than `step` x its
-ceiling (`--share-step`), so small shifts do not churn meters and pacing.
+A re-solve raises a reservation's meter only when its share grew by more than `step` x its
+ceiling (`--share-step`), so small shifts do not churn meters and pacing; a share that shrank is
+applied at once, however little, because another reservation needs that capacity now: no link
+direction's meters ever add up to more than it carries.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from sdn_app.core.reservation import Reservation, State
 from sdn_app.core.topology import Topology
 
 DEFAULT_SHARE_STEP = 0.05  # of a reservation's ceiling: smaller share changes leave its meter alone
-_SHARING = frozenset({State.PROVISIONING, State.ACTIVE, State.MOVING})
+_SHARING = frozenset({State.PROVISIONING, State.ACTIVE, State.MOVING, State.DEGRADED})
 
 
 class Shares:
@@ -60,10 +63,14 @@ class Shares:
         return sharing.solve(claims, spare)
 
     def changes(self, shares: Mapping[str, int]) -> dict[str, int]:
-        """The shares that differ from the reservations' meters by more than the step."""
+        """The shares worth a meter change: every share below the reservation's meter now (its
+        capacity is needed elsewhere: keeping the meter would put a link over capacity), a share
+        above it by more than the step, and the first share of one that had none."""
         claims = {rid: _claim(self.live[rid]) for rid in shares}
         current = {rid: self.live[rid].rate for rid in shares if self.live[rid].rate}
-        return sharing.changed(current, shares, claims, self.step)
+        moved = sharing.changed(current, shares, claims, self.step)
+        moved.update({rid: share for rid, share in shares.items() if rid in current and share < current[rid]})
+        return moved
 
 
 def _claim(r: Reservation) -> sharing.Claim:

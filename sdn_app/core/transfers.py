@@ -163,8 +163,6 @@ class TransferSpec:
             raise InvalidArgument(f"streams: must be between 1 and {MAX_STREAMS}, got {self.streams}")
         if self.engine not in ENGINES:
             raise InvalidArgument(f"engine {self.engine!r}: unknown; one of {', '.join(ENGINES)}")
-        if self.pace is not None and self.deadline is not None and self.pace <= 0:
-            raise InvalidArgument(f"pace_bps: {format_bandwidth(self.pace)} must be above 0")
         if self.pace is not None and self.deadline is None and not 0 < self.pace < self.bandwidth:
             raise InvalidArgument(f"pace_bps: {format_bandwidth(self.pace)} must be above 0 and below the booked "
                                   f"bandwidth_bps ({format_bandwidth(self.bandwidth)}); leave it unset to send at "
@@ -183,6 +181,9 @@ class TransferSpec:
         if self.bandwidth != 0:
             raise InvalidArgument(f"bandwidth_bps: leave it 0 with a deadline (got {format_bandwidth(self.bandwidth)})"
                                   ": the schedule sets the bandwidth")
+        if self.pace is not None:
+            raise InvalidArgument("pace_bps: not with a deadline: the schedule sets the sender's rate, and one held "
+                                  "below it would miss the schedule")
 
 
 @dataclass(frozen=True)
@@ -383,9 +384,9 @@ class TransferDesk:
             return self.book.create(principal, PathRequest(spec.src, spec.dst, spec.bandwidth, now, math.inf,
                                                            spec.policy), labels=labels)
         assert spec.size is not None
-        # The book schedules nominal bandwidth; on emulated links the bytes move at `emulation_scale`
-        # of it, so the size it schedules is what the real bytes are worth at nominal rates.
-        size_bits = math.ceil(spec.size * 8 / self.emulation_scale)
+        # The book schedules the meter's nominal bandwidth. The sender moves PACING_SHARE of it, and on
+        # emulated links `emulation_scale` of that: the bits booked are what the real bytes take then.
+        size_bits = math.ceil(spec.size * 8 / (self.emulation_scale * PACING_SHARE))
         return self.book.book_by_deadline(principal, spec.src, spec.dst, size_bits, spec.deadline, spec.policy,
                                           labels=labels)
 
@@ -667,7 +668,7 @@ class TransferDesk:
         if len(recent) < MIN_PROJECTION_REPORTS or not left:
             return transfer, ""
         achieved = (f"achieving {format_bandwidth(bits_per_second / self.emulation_scale)}bit/s over the last "
-                    f"{len(recent)} reports, paced for {format_bandwidth(transfer.paced_meter)}bit/s; "
+                    f"{len(recent)} reports of the {format_bandwidth(transfer.paced_meter)}bit/s its meter allows; "
                     f"{format_bytes(left)} left")
         when = format_time(finish) if math.isfinite(finish) else "never (nothing moves)"
         if not transfer.behind and finish > deadline:

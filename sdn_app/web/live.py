@@ -70,7 +70,20 @@ def reservation_json(r: Reservation, last_move: dict[str, Any] | None = None) ->
             "state": r.state.value, "reason": r.reason, "verdict": decision.verdict if decision else None,
             "decision": to_dict(decision) if decision else None,
             "switches": list(primary.switches) if primary else [], "links": list(primary.links) if primary else [],
-            "backup_links": list(backup.links) if backup else [], "labels": dict(r.labels), "last_move": last_move}
+            "backup_links": list(backup.links) if backup else [], "labels": dict(r.labels), "last_move": last_move,
+            "priority": r.priority, "floor_bps": r.request.bandwidth if r.elastic else None,
+            "ceiling_bps": r.ceiling or None, "share_bps": r.meter_bps, "share": format_bandwidth(r.meter_bps),
+            "terms": _terms_text(r)}
+
+
+def _terms_text(r: Reservation) -> str:
+    """How it is booked, as the legend shows it: "elastic 10G-100G, share 30G, priority 3"."""
+    if r.elastic:
+        return (f"elastic {format_bandwidth(r.request.bandwidth)}-{format_bandwidth(r.ceiling)}, share "
+                f"{format_bandwidth(r.meter_bps)}, priority {r.priority}")
+    if r.schedule:
+        return f"deadline schedule, now {format_bandwidth(r.meter_bps)}, priority {r.priority}"
+    return f"guaranteed, priority {r.priority}"
 
 
 def congestion_text(c: Condition) -> str:

@@ -147,8 +147,10 @@ function drawReservations() {
     const li = document.createElement("li");
     li.setAttribute("data-reservation", r.id);
     li.innerHTML = `<span class="swatch" style="background:${color}"></span>` +
-      `<span class="who"></span><span class="state"></span><div class="why"></div>`;
-    li.querySelector(".who").textContent = `${r.src}→${r.dst} ${r.bandwidth} via ${r.switches.join("›")}`;
+      `<span class="who"></span><span class="state"></span><div class="terms"></div><div class="why"></div>`;
+    li.querySelector(".who").textContent = `${r.src}→${r.dst} ${r.share} via ${r.switches.join("›")}`;
+    li.querySelector(".terms").textContent = r.terms;  // priority, floor, ceiling and share now
+    li.setAttribute("data-share-bps", r.share_bps);
     li.querySelector(".state").textContent = r.state;
     // why it is where it is: its last move's reason, and a rerouting verdict that keeps it there
     const why = [];
@@ -167,7 +169,7 @@ function drawReservations() {
     el("title", {}, line).textContent = `${r.src}→${r.dst} ${r.bandwidth} [${r.state}]` +
       (why.length ? "\n" + why.join("\n") : r.reason ? "\n" + r.reason : "");
     legend.appendChild(li);
-    if (["ACTIVE", "MOVING", "DEGRADED"].includes(r.state)) reserved += r.bandwidth_bps;
+    if (["ACTIVE", "MOVING", "DEGRADED"].includes(r.state)) reserved += r.share_bps;
   });
   if (!list.length) legend.innerHTML = '<li class="empty">no live reservations</li>';
   document.getElementById("reserved").textContent = fmtBps(reserved);
