@@ -55,9 +55,10 @@ class ControllerProcess:
     """A `tsdn controller` process controlling `topology` over OpenFlow; can be killed and started again."""
 
     def __init__(self, tmp_path: Path, openflow_port: int, topology: str = "ring8", scale: float = SCALE,
-                 extra: tuple[str, ...] = (), agents: tuple[str, ...] = ()):
+                 extra: tuple[str, ...] = (), agents: tuple[str, ...] = (), priority: int = 1):
         """`agents`: DTNs that get an agent token bound to them (`agent_token(dtn)`), and the
-        controller also listens on `agent_socket`, which Mininet hosts reach."""
+        controller also listens on `agent_socket`, which Mininet hosts reach. `priority`: the
+        service principal's (rucio's) in the tokens file."""
         self.tmp_path = tmp_path
         self.openflow_port = openflow_port
         self.topology = topology
@@ -67,7 +68,7 @@ class ControllerProcess:
         self.agent_socket = f"unix:{tmp_path / 'grpc.sock'}"
         self.process: subprocess.Popen | None = None
         self.log: list[str] = []
-        entries = [{"principal": "rucio", "role": "service", "token": TOKEN}]
+        entries = [{"principal": "rucio", "role": "service", "token": TOKEN, "priority": priority}]
         for dtn in agents:
             token = f"agent-{dtn}-{os.urandom(8).hex()}"
             entries.append({"principal": f"agent-{dtn}", "role": "agent", "token": token, "dtn": dtn})

@@ -9,6 +9,7 @@ elastic re-solves, priority changes and link failures (hypothesis state machine,
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from hypothesis import HealthCheck, settings
@@ -58,7 +59,7 @@ class Booking(RuleBasedStateMachine):
     @rule(src=st.sampled_from(DTNS), dst=st.sampled_from(DTNS), gbps=st.sampled_from([1, 2, 5, 10, 20, 40]),
           extra=st.sampled_from([0, 0, 0, 3, 50, 90]), priority=st.integers(1, 10), hold=st.booleans(),
           later=st.sampled_from([0, 0, 30, 300]), length=st.sampled_from([120, 600, 3600, math.inf]))
-    def create(self, src, dst, gbps, extra, priority, hold, later, length) -> None:  # noqa: PLR0913
+    def create(self, src, dst, gbps, extra, priority, hold, later, length) -> None:
         if src == dst:
             return
         now = self.clock.now()
@@ -79,10 +80,8 @@ class Booking(RuleBasedStateMachine):
         if not live:
             return
         name = live[pick % len(live)]
-        try:
+        with contextlib.suppress(FailedPrecondition):  # e.g. commit of one not held
             getattr(self.book, what)(OWNER, name)
-        except FailedPrecondition:
-            pass
         self._confirm()
 
     @precondition(lambda self: self.ids)

@@ -217,8 +217,10 @@ def test_a_deadline_is_booked_as_a_schedule_whose_meter_follows_its_steps(env):
     size = 100 * G * 1200 // 8 * 8  # 100G for 20 minutes, in bits
     r = env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", size, now + 3 * 3600)
     # the earliest finish: 40G while the blocker holds dtn1's access link, then all of it
+    # the earliest finish (at 1560 s): 40G while the blocker holds dtn1's access link, then all of
+    # it, the last step kept on a tenth of the schedule's length past that, for a slow start
     assert [(s.start - now, s.end - now, s.bandwidth) for s in r.schedule] == [(0, 600, 40 * G),
-                                                                               (600, 1560, 100 * G)]
+                                                                               (600, 1716, 100 * G)]
     assert r.meter_bps == 40 * G
     env.book.provisioned(r.id, None)
     env.book.release(FTS, blocker.name)
@@ -245,3 +247,14 @@ def test_a_deadline_that_cannot_be_met_names_the_earliest_finish(env):
     with pytest.raises(InvalidArgument, match="size_bytes"):
         env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", 0, now + 3600)
     assert env.book.earliest_finish(RUCIO, "dtn1", "dtn3", size, now)[-1].end == missed.value.earliest
+
+
+def test_the_grace_after_a_schedule_stops_at_the_deadline_and_at_the_next_booking(env):
+    now = env.clock.now()
+    size = 100 * G * 1200  # 20 minutes at 100G
+    tight = env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", size, now + 1250)
+    assert [(s.start - now, s.end - now) for s in tight.schedule] == [(0, 1250)]
+    env.book.release(RUCIO, tight.name)
+    env.book.create(FTS, PathRequest("dtn1", "dtn4", 60 * G, now + 1230, now + 7200))  # dtn1's access link
+    blocked = env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", size, now + 3600)
+    assert blocked.schedule[-1].end - now == 1230 and blocked.schedule[-1].bandwidth == 100 * G

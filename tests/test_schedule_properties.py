@@ -114,6 +114,7 @@ def test_a_schedule_on_a_loaded_path_is_booked_within_capacity(
         assert later == missed.schedule
         assert later[-1].end == missed.earliest and max(s.bandwidth for s in later) == missed.bandwidth
         schedule, deadline = later, missed.earliest
+        event(f"planned by the earliest finish with {len(schedule)} step(s)")
     else:
         event(f"accepted with {len(schedule)} step(s)")
     check_shape(schedule, size, start, deadline, max_steps)

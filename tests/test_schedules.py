@@ -17,7 +17,15 @@ from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import InvalidArgument, NoCapacity, NotFound
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.reservation import ScheduleStep
-from sdn_app.core.schedules import LOOKAHEAD, MAX_PROFILE_STEPS, DeadlineMissed, free_profile, plan, plan_transfer
+from sdn_app.core.schedules import (
+    LOOKAHEAD,
+    MAX_PROFILE_STEPS,
+    DeadlineMissed,
+    _Grid,
+    free_profile,
+    plan,
+    plan_transfer,
+)
 
 G = 10**9
 TB_BITS = 8 * 10**12
@@ -149,6 +157,7 @@ def test_a_change_within_a_second_takes_the_least_of_it() -> None:
 def test_a_long_jagged_profile_is_coarsened_and_still_within_it() -> None:
     # 3 s steps of alternating free bandwidth: more change points than planned over.
     profile = [ScheduleStep(3 * i, 3 * i + 3, (100 if i % 2 else 60 + i % 7) * G) for i in range(3 * MAX_PROFILE_STEPS)]
+    assert len(_Grid.of(profile, 0, LOOKAHEAD).free) == MAX_PROFILE_STEPS  # what the planner works over
     began = time.perf_counter()
     schedule = plan(profile, 20_000 * G, 0, 1000)
     assert time.perf_counter() - began < 5

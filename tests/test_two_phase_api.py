@@ -102,15 +102,19 @@ def test_the_command_line_holds_commits_and_lists_shares(running):  # noqa: F811
     assert aborted.returncode != 0 and "not HELD" in aborted.stderr
 
 
-def test_the_map_shows_priority_floor_ceiling_and_share(prioritised):
+@pytest.fixture
+def browser():
+    yield from chromium()
+
+
+def test_the_map_shows_priority_floor_ceiling_and_share(prioritised, browser):
     dmm = client(prioritised, "dmm")
     made = dmm.create_reservation("caltech-a-dtn1", "starlight-dtn1", 10 * G, ceiling_bps=200 * G, priority=3)
-    for browser in chromium():
-        browser.get(f"http://{prioritised.http_address}/")
-        entry = f'#legend li[data-reservation="{made.id}"]'
+    browser.get(f"http://{prioritised.http_address}/")
+    entry = f'#legend li[data-reservation="{made.id}"] .terms'
 
-        def terms() -> str | None:
-            return browser.execute_script("const e = document.querySelector(arguments[0]);"
-                                          "return e ? e.textContent : null;", f"{entry} .terms")
-        wait_for(lambda: terms() is not None, "the reservation in the map's legend", 15, interval=0.2)
-        assert terms() == "elastic 10G-200G, share 200G, priority 3"
+    def terms() -> str | None:
+        return browser.execute_script("const e = document.querySelector(arguments[0]);"
+                                      "return e ? e.textContent : null;", entry)
+    wait_for(lambda: terms() is not None, "the reservation in the map's legend", 15, interval=0.2)
+    assert terms() == "elastic 10G-200G, share 200G, priority 3"

@@ -107,6 +107,9 @@ class LedgerRepair:
         except (NoCapacity, FailedPrecondition, InvalidArgument, NotFound) as refusal:
             refused = f" ({refusal})"
         booking = self.ledger.get(old.id)
+        if booking.stepped:  # a deadline schedule cut short would miss its deadline: say so, free its path
+            self._fail(old, "capacity", f"{why}; no other path carries its deadline schedule{refused}")
+            return
         fits = min(self.ledger.free(d, booking.start, booking.end, ignore=old.id) for d in booking.directions)
         wanted = format_bandwidth(old.request.bandwidth)
         if fits <= 0:

@@ -85,6 +85,8 @@ MAX_LABELS = 32
 # holds it. Memory at most: reservations ending per second x this x about 1.6 kB (the process's RSS).
 DEFAULT_KEEP_ENDED = 300.0
 SCHEDULE_CANDIDATES = 3  # paths a deadline schedule is planned on, the one finishing first booked
+SCHEDULE_GRACE = 0.1  # of a schedule's length: how long its last step is kept past its planned finish
+MIN_SCHEDULE_GRACE = 60.0  # seconds, at least (a transfer's start-up alone can take 10 s)
 DEFAULT_HOLD_TIMEOUT = 120.0  # seconds a two-phase hold waits for its commit (OpenNSA and SuPA: 120 s)
 
 
@@ -242,6 +244,7 @@ class ReservationBook:
         if not math.isfinite(deadline) or deadline <= now:
             raise InvalidArgument(f"deadline: {format_time(deadline)} is not in the future")
         schedule, route = self._schedule(src, dst, size_bits, now, deadline, policy)
+        schedule = self._with_grace(schedule, route, deadline)
         request = PathRequest(src, dst, max(s.bandwidth for s in schedule), now, schedule[-1].end, policy)
         try:
             return self._admit(principal, request, labels, request_id, False, fingerprint,
@@ -263,6 +266,22 @@ class ReservationBook:
             if missed.schedule:
                 return missed.schedule
             raise
+
+    def _with_grace(self, schedule: tuple[ScheduleStep, ...], route: Route,
+                    deadline: float) -> tuple[ScheduleStep, ...]:
+        """`schedule` with its last step kept on past its planned finish, by a tenth of its length
+        (at least `MIN_SCHEDULE_GRACE`), up to the deadline and as far as its path has room: a
+        transfer that starts late or runs a little slow still has its path when the plan ends."""
+        last = schedule[-1]
+        until = min(deadline, last.end + max(MIN_SCHEDULE_GRACE, SCHEDULE_GRACE * (last.end - schedule[0].start)))
+        if until <= last.end:
+            return schedule
+        end = last.end
+        for span in schedules.free_profile(self.ledger, route.primary.direction_ids, last.end, until, last.bandwidth):
+            if span.bandwidth < last.bandwidth:
+                break
+            end = span.end
+        return (*schedule[:-1], replace(last, end=end))
 
     def _schedule(self, src: str, dst: str, size_bits: int, start: float, deadline: float,
                   policy: str) -> tuple[tuple[ScheduleStep, ...], Route]:
