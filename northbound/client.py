@@ -335,15 +335,18 @@ class TsdnClient:
                        files: Sequence[str] = (), destination: str = "", streams: int = 1,
                        engine: str = "builtin", policy: str = "shortest",
                        request_id: str | None = None, pace: int | None = None,
-                       deadline: float | None = None) -> transfer_pb.Transfer:
+                       deadline: float | None = None, ceiling_bps: int = 0,
+                       priority: int = 0) -> transfer_pb.Transfer:
         """Book a path and start a transfer of `size` bytes (memory-to-memory) or of `files`
         (absolute paths on `src`) into `destination` (a directory on `dst`); `pace` (bit/s, below
         `bandwidth_bps`) holds the sender under its booking, as a slow disk would. With a
         `deadline` (epoch seconds; `bandwidth_bps` 0, `size` given) the controller schedules the
-        bandwidth so that the bytes arrive by then."""
+        bandwidth so that the bytes arrive by then. With `ceiling_bps` it is elastic: `bandwidth_bps`
+        is its floor and it shares spare capacity up to the ceiling by `priority` (0: the caller's)."""
         request = transfer_pb.StartTransferRequest(
             src_dtn=src, dst_dtn=dst, bandwidth_bps=bandwidth_bps, destination=destination, streams=streams,
-            engine=engine, policy=POLICIES[policy], request_id=request_id or str(uuid.uuid4()), pace_bps=pace or 0)
+            engine=engine, policy=POLICIES[policy], request_id=request_id or str(uuid.uuid4()), pace_bps=pace or 0,
+            ceiling_bps=ceiling_bps, priority=priority)
         if deadline is not None:
             request.deadline.CopyFrom(timestamp_out(deadline))
         if size is not None:

@@ -76,7 +76,9 @@ def spec_in(request: pb.StartTransferRequest) -> TransferSpec:
         size=request.size_bytes if which == "size_bytes" else None,
         files=files, destination=request.destination,
         streams=request.streams or 1, engine=request.engine or "builtin", policy=convert.policy_in(request.policy),
-        pace=convert.bandwidth_in(request.pace_bps, "pace_bps") if request.pace_bps else None)
+        pace=convert.bandwidth_in(request.pace_bps, "pace_bps") if request.pace_bps else None,
+        ceiling=convert.bandwidth_in(request.ceiling_bps, "ceiling_bps") if request.ceiling_bps else 0,
+        priority=request.priority)
 
 
 def state_out(state: TransferState | None) -> int:
@@ -104,9 +106,7 @@ def transfer_out(transfer: Transfer, scale: float, path: tuple[str, ...] = ()) -
         message.deadline.CopyFrom(convert.timestamp_out(spec.deadline))
     if transfer.projected_finish is not None:
         message.projected_finish_time.CopyFrom(convert.timestamp_out(transfer.projected_finish))
-    message.schedule.extend(pb.TransferStep(start_time=convert.timestamp_out(step.start),
-                                            end_time=convert.timestamp_out(step.end), bandwidth_bps=step.bandwidth)
-                            for step in transfer.schedule)
+    message.schedule.extend(convert.schedule_out(transfer.schedule))
     if transfer.rate is not None:
         message.rate.CopyFrom(rate_out(transfer.rate))
         message.nominal_bps = transfer.rate.bits_per_second / scale

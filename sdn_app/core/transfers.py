@@ -66,7 +66,7 @@ from sdn_app.core.ledger import AlsoWrite
 from sdn_app.core.paths import PathRequest
 from sdn_app.core.reports import ENGINES, Pinning, RateReport, StreamRate
 from sdn_app.core.rerouting.advisor import Health
-from sdn_app.core.reservation import Event, Principal, Reservation, Role, ScheduleStep, State
+from sdn_app.core.reservation import Event, Principal, Reservation, Role, ScheduleStep, State, Terms
 from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.units import format_bandwidth, format_bytes, format_time
 
@@ -136,6 +136,8 @@ class TransferSpec:
     policy: str = "shortest"
     pace: int | None = None  # nominal bit/s the sender is held to, below the booking (a slow disk)
     deadline: float | None = None  # epoch seconds by which `size` bytes must have arrived
+    ceiling: int = 0  # elastic: `bandwidth` is the floor, the share grows up to this by priority (0: guaranteed)
+    priority: int = 0  # 0: the caller's own
 
     def check(self) -> None:
         """Raise InvalidArgument naming the first field that is wrong (a deadline in the past is
@@ -184,6 +186,8 @@ class TransferSpec:
         if self.pace is not None:
             raise InvalidArgument("pace_bps: not with a deadline: the schedule sets the sender's rate, and one held "
                                   "below it would miss the schedule")
+        if self.ceiling:
+            raise InvalidArgument("ceiling_bps: not with a deadline: the schedule sets the bandwidth")
 
 
 @dataclass(frozen=True)
@@ -380,15 +384,16 @@ class TransferDesk:
     def _book(self, principal: Principal, spec: TransferSpec, transfer_id: str, now: float) -> Reservation:
         """The reservation of a new transfer: open-ended at its bandwidth, or scheduled to its deadline."""
         labels = {TRANSFER_LABEL: transfer_id}
+        terms = Terms(priority=spec.priority, ceiling=spec.ceiling)
         if spec.deadline is None:
             return self.book.create(principal, PathRequest(spec.src, spec.dst, spec.bandwidth, now, math.inf,
-                                                           spec.policy), labels=labels)
+                                                           spec.policy), labels=labels, terms=terms)
         assert spec.size is not None
         # The book schedules the meter's nominal bandwidth. The sender moves PACING_SHARE of it, and on
         # emulated links `emulation_scale` of that: the bits booked are what the real bytes take then.
         size_bits = math.ceil(spec.size * 8 / (self.emulation_scale * PACING_SHARE))
         return self.book.book_by_deadline(principal, spec.src, spec.dst, size_bits, spec.deadline, spec.policy,
-                                          labels=labels)
+                                          labels=labels, terms=terms)
 
     def get(self, principal: Principal, name: str) -> Transfer:
         """The transfer `transfers/{id}` (or the id), if the caller may see it."""
@@ -896,7 +901,7 @@ def _row(t: Transfer) -> store.Row:
         "state": t.state.value, "reason": t.reason, "created": t.created, "updated": t.updated,
         "spec": {"src": s.src, "dst": s.dst, "bandwidth": s.bandwidth, "size": s.size, "files": list(s.files),
                  "destination": s.destination, "streams": s.streams, "engine": s.engine, "policy": s.policy,
-                 "pace": s.pace, "deadline": s.deadline},
+                 "pace": s.pace, "deadline": s.deadline, "ceiling": s.ceiling, "priority": s.priority},
         "rate": _rate_json(t.rate), "receiver_rate": _rate_json(t.receiver_rate),
         "checksums_verified": t.checksums_verified, "sides_done": sorted(role.value for role in t.sides_done),
         "last_report": t.last_report,
@@ -933,7 +938,9 @@ def _transfer_from(stored: store.Stored) -> Transfer:
                         size=s.integer("size", optional=True), files=s.texts("files"),
                         destination=s.text("destination"), streams=s.integer("streams"), engine=s.text("engine"),
                         policy=s.text("policy"), pace=s.integer("pace", optional=True) if "pace" in s.data else None,
-                        deadline=s.number("deadline", optional=True) if "deadline" in s.data else None)
+                        deadline=s.number("deadline", optional=True) if "deadline" in s.data else None,
+                        ceiling=s.integer("ceiling") or 0 if "ceiling" in s.data else 0,
+                        priority=s.integer("priority") or 0 if "priority" in s.data else 0)
     state = TransferState(f.choice("state", TransferState))
     reservation_id = f.text("reservation_id")
     handed = []

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import POLICIES
 from sdn_app.core.reports import ENGINES
+from sdn_app.core.reservation import MAX_PRIORITY
 from sdn_app.core.units import (
     format_bandwidth,
     format_bytes,
@@ -54,6 +55,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     start.add_argument("--pace", metavar="RATE",
                        help="hold the sender to this rate, below --bandwidth (e.g. 15G: a disk slower than the "
                             "booking); the path stays booked at --bandwidth")
+    start.add_argument("--ceiling", metavar="BW",
+                       help="elastic: --bandwidth is the floor, the transfer shares spare capacity up to BW by "
+                            "priority and its sender's pacing follows its share")
+    start.add_argument("--priority", type=int, default=0, metavar="N",
+                       help="weight among elastic reservations, at most your own (default: your own)")
     start.add_argument("--no-progress", action="store_true", help="no progress bar: a line per change only")
     _client_options(start, run_transfer)
 
@@ -139,12 +145,16 @@ def run_transfer(args: argparse.Namespace, client) -> int:
                               f"({format_bandwidth(bandwidth)})")
     if args.files and not args.destination:
         raise InvalidArgument("--files needs --destination DIR: the directory on the destination DTN")
+    if not 0 <= args.priority <= MAX_PRIORITY:
+        raise InvalidArgument(f"--priority: from 1 to {MAX_PRIORITY} (and at most your own), got {args.priority}")
     if not 1 <= args.streams <= 256:
         raise InvalidArgument(f"--streams: must be between 1 and 256, got {args.streams}")
     started = time.monotonic()
     transfer = client.start_transfer(args.src, args.dst, bandwidth, size=size, files=args.files or (),
                                      destination=args.destination, streams=args.streams, engine=args.engine,
-                                     policy=args.policy, pace=pace, deadline=deadline)
+                                     policy=args.policy, pace=pace, deadline=deadline,
+                                     ceiling_bps=parse_bandwidth(args.ceiling, "--ceiling") if args.ceiling else 0,
+                                     priority=args.priority)
     bar = sys.stderr.isatty() and not args.no_progress and not args.json
     if deadline is None:
         print(f"{transfer.name}: {args.src} -> {args.dst}, {format_bandwidth(bandwidth)}bit/s booked on "

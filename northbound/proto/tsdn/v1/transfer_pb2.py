@@ -27,35 +27,33 @@ from northbound.proto.tsdn.v1 import agent_pb2 as tsdn_dot_v1_dot_agent__pb2
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as tsdn_dot_v1_dot_bandwidth__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tsdn/v1/transfer.proto\x12\x07tsdn.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13tsdn/v1/agent.proto\x1a\x17tsdn/v1/bandwidth.proto\"\x19\n\x08\x46ileList\x12\r\n\x05paths\x18\x01 \x03(\t\"\xc3\x02\n\x14StartTransferRequest\x12\x0f\n\x07src_dtn\x18\x01 \x01(\t\x12\x0f\n\x07\x64st_dtn\x18\x02 \x01(\t\x12\x15\n\rbandwidth_bps\x18\x03 \x01(\x04\x12\x14\n\nsize_bytes\x18\x04 \x01(\x04H\x00\x12\"\n\x05\x66iles\x18\x05 \x01(\x0b\x32\x11.tsdn.v1.FileListH\x00\x12\x13\n\x0b\x64\x65stination\x18\x06 \x01(\t\x12\x0f\n\x07streams\x18\x07 \x01(\r\x12\x0e\n\x06\x65ngine\x18\x08 \x01(\t\x12#\n\x06policy\x18\t \x01(\x0e\x32\x13.tsdn.v1.PathPolicy\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\x10\n\x08pace_bps\x18\x0b \x01(\x04\x12,\n\x08\x64\x65\x61\x64line\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.TimestampB\t\n\x07payload\"\x83\x01\n\x0cTransferStep\x12.\n\nstart_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rbandwidth_bps\x18\x03 \x01(\x04\"\xc9\x05\n\x08Transfer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07src_dtn\x18\x03 \x01(\t\x12\x0f\n\x07\x64st_dtn\x18\x04 \x01(\t\x12\x15\n\rbandwidth_bps\x18\x05 \x01(\x04\x12\x17\n\nsize_bytes\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\r\n\x05\x66iles\x18\x07 \x03(\t\x12\x13\n\x0b\x64\x65stination\x18\x08 \x01(\t\x12\x0f\n\x07streams\x18\t \x01(\r\x12\x0e\n\x06\x65ngine\x18\n \x01(\t\x12%\n\x05state\x18\x0b \x01(\x0e\x32\x16.tsdn.v1.TransferState\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x13\n\x0breservation\x18\r \x01(\t\x12/\n\x0b\x63reate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x04rate\x18\x10 \x01(\x0b\x32\x13.tsdn.v1.RateReport\x12*\n\rreceiver_rate\x18\x11 \x01(\x0b\x32\x13.tsdn.v1.RateReport\x12\x1f\n\x12\x63hecksums_verified\x18\x12 \x01(\x08H\x01\x88\x01\x01\x12\x0c\n\x04path\x18\x13 \x03(\t\x12\x13\n\x0bnominal_bps\x18\x14 \x01(\x01\x12\x10\n\x08pace_bps\x18\x15 \x01(\x04\x12,\n\x08\x64\x65\x61\x64line\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x39\n\x15projected_finish_time\x18\x17 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x08schedule\x18\x18 \x03(\x0b\x32\x15.tsdn.v1.TransferStepB\r\n\x0b_size_bytesB\x15\n\x13_checksums_verified\"\"\n\x12GetTransferRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x16\n\x14ListTransfersRequest\"=\n\x15ListTransfersResponse\x12$\n\ttransfers\x18\x01 \x03(\x0b\x32\x11.tsdn.v1.Transfer\"%\n\x15\x43\x61ncelTransferRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"$\n\x14WatchTransferRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xc5\x01\n\rTransferEvent\x12.\n\x0eprevious_state\x18\x01 \x01(\x0e\x32\x16.tsdn.v1.TransferState\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.tsdn.v1.TransferState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12#\n\x08transfer\x18\x04 \x01(\x0b\x32\x11.tsdn.v1.Transfer\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xb9\x01\n\rTransferState\x12\x1e\n\x1aTRANSFER_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12TRANSFER_RESERVING\x10\x01\x12\x15\n\x11TRANSFER_STARTING\x10\x02\x12\x14\n\x10TRANSFER_RUNNING\x10\x03\x12\x16\n\x12TRANSFER_SUCCEEDED\x10\x04\x12\x13\n\x0fTRANSFER_FAILED\x10\x05\x12\x16\n\x12TRANSFER_CANCELLED\x10\x06\x32\xf2\x02\n\x0fTransferService\x12\x41\n\rStartTransfer\x12\x1d.tsdn.v1.StartTransferRequest\x1a\x11.tsdn.v1.Transfer\x12=\n\x0bGetTransfer\x12\x1b.tsdn.v1.GetTransferRequest\x1a\x11.tsdn.v1.Transfer\x12N\n\rListTransfers\x12\x1d.tsdn.v1.ListTransfersRequest\x1a\x1e.tsdn.v1.ListTransfersResponse\x12\x43\n\x0e\x43\x61ncelTransfer\x12\x1e.tsdn.v1.CancelTransferRequest\x1a\x11.tsdn.v1.Transfer\x12H\n\rWatchTransfer\x12\x1d.tsdn.v1.WatchTransferRequest\x1a\x16.tsdn.v1.TransferEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tsdn/v1/transfer.proto\x12\x07tsdn.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13tsdn/v1/agent.proto\x1a\x17tsdn/v1/bandwidth.proto\"\x19\n\x08\x46ileList\x12\r\n\x05paths\x18\x01 \x03(\t\"\xea\x02\n\x14StartTransferRequest\x12\x0f\n\x07src_dtn\x18\x01 \x01(\t\x12\x0f\n\x07\x64st_dtn\x18\x02 \x01(\t\x12\x15\n\rbandwidth_bps\x18\x03 \x01(\x04\x12\x14\n\nsize_bytes\x18\x04 \x01(\x04H\x00\x12\"\n\x05\x66iles\x18\x05 \x01(\x0b\x32\x11.tsdn.v1.FileListH\x00\x12\x13\n\x0b\x64\x65stination\x18\x06 \x01(\t\x12\x0f\n\x07streams\x18\x07 \x01(\r\x12\x0e\n\x06\x65ngine\x18\x08 \x01(\t\x12#\n\x06policy\x18\t \x01(\x0e\x32\x13.tsdn.v1.PathPolicy\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\x10\n\x08pace_bps\x18\x0b \x01(\x04\x12,\n\x08\x64\x65\x61\x64line\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x63\x65iling_bps\x18\r \x01(\x04\x12\x10\n\x08priority\x18\x0e \x01(\rB\t\n\x07payload\"\xc9\x05\n\x08Transfer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07src_dtn\x18\x03 \x01(\t\x12\x0f\n\x07\x64st_dtn\x18\x04 \x01(\t\x12\x15\n\rbandwidth_bps\x18\x05 \x01(\x04\x12\x17\n\nsize_bytes\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\r\n\x05\x66iles\x18\x07 \x03(\t\x12\x13\n\x0b\x64\x65stination\x18\x08 \x01(\t\x12\x0f\n\x07streams\x18\t \x01(\r\x12\x0e\n\x06\x65ngine\x18\n \x01(\t\x12%\n\x05state\x18\x0b \x01(\x0e\x32\x16.tsdn.v1.TransferState\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x13\n\x0breservation\x18\r \x01(\t\x12/\n\x0b\x63reate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x04rate\x18\x10 \x01(\x0b\x32\x13.tsdn.v1.RateReport\x12*\n\rreceiver_rate\x18\x11 \x01(\x0b\x32\x13.tsdn.v1.RateReport\x12\x1f\n\x12\x63hecksums_verified\x18\x12 \x01(\x08H\x01\x88\x01\x01\x12\x0c\n\x04path\x18\x13 \x03(\t\x12\x13\n\x0bnominal_bps\x18\x14 \x01(\x01\x12\x10\n\x08pace_bps\x18\x15 \x01(\x04\x12,\n\x08\x64\x65\x61\x64line\x18\x16 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x39\n\x15projected_finish_time\x18\x17 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\'\n\x08schedule\x18\x18 \x03(\x0b\x32\x15.tsdn.v1.ScheduleStepB\r\n\x0b_size_bytesB\x15\n\x13_checksums_verified\"\"\n\x12GetTransferRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x16\n\x14ListTransfersRequest\"=\n\x15ListTransfersResponse\x12$\n\ttransfers\x18\x01 \x03(\x0b\x32\x11.tsdn.v1.Transfer\"%\n\x15\x43\x61ncelTransferRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"$\n\x14WatchTransferRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\xc5\x01\n\rTransferEvent\x12.\n\x0eprevious_state\x18\x01 \x01(\x0e\x32\x16.tsdn.v1.TransferState\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.tsdn.v1.TransferState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12#\n\x08transfer\x18\x04 \x01(\x0b\x32\x11.tsdn.v1.Transfer\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\xb9\x01\n\rTransferState\x12\x1e\n\x1aTRANSFER_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12TRANSFER_RESERVING\x10\x01\x12\x15\n\x11TRANSFER_STARTING\x10\x02\x12\x14\n\x10TRANSFER_RUNNING\x10\x03\x12\x16\n\x12TRANSFER_SUCCEEDED\x10\x04\x12\x13\n\x0fTRANSFER_FAILED\x10\x05\x12\x16\n\x12TRANSFER_CANCELLED\x10\x06\x32\xf2\x02\n\x0fTransferService\x12\x41\n\rStartTransfer\x12\x1d.tsdn.v1.StartTransferRequest\x1a\x11.tsdn.v1.Transfer\x12=\n\x0bGetTransfer\x12\x1b.tsdn.v1.GetTransferRequest\x1a\x11.tsdn.v1.Transfer\x12N\n\rListTransfers\x12\x1d.tsdn.v1.ListTransfersRequest\x1a\x1e.tsdn.v1.ListTransfersResponse\x12\x43\n\x0e\x43\x61ncelTransfer\x12\x1e.tsdn.v1.CancelTransferRequest\x1a\x11.tsdn.v1.Transfer\x12H\n\rWatchTransfer\x12\x1d.tsdn.v1.WatchTransferRequest\x1a\x16.tsdn.v1.TransferEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tsdn.v1.transfer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TRANSFERSTATE']._serialized_start=1718
-  _globals['_TRANSFERSTATE']._serialized_end=1903
+  _globals['_TRANSFERSTATE']._serialized_start=1623
+  _globals['_TRANSFERSTATE']._serialized_end=1808
   _globals['_FILELIST']._serialized_start=114
   _globals['_FILELIST']._serialized_end=139
   _globals['_STARTTRANSFERREQUEST']._serialized_start=142
-  _globals['_STARTTRANSFERREQUEST']._serialized_end=465
-  _globals['_TRANSFERSTEP']._serialized_start=468
-  _globals['_TRANSFERSTEP']._serialized_end=599
-  _globals['_TRANSFER']._serialized_start=602
-  _globals['_TRANSFER']._serialized_end=1315
-  _globals['_GETTRANSFERREQUEST']._serialized_start=1317
-  _globals['_GETTRANSFERREQUEST']._serialized_end=1351
-  _globals['_LISTTRANSFERSREQUEST']._serialized_start=1353
-  _globals['_LISTTRANSFERSREQUEST']._serialized_end=1375
-  _globals['_LISTTRANSFERSRESPONSE']._serialized_start=1377
-  _globals['_LISTTRANSFERSRESPONSE']._serialized_end=1438
-  _globals['_CANCELTRANSFERREQUEST']._serialized_start=1440
-  _globals['_CANCELTRANSFERREQUEST']._serialized_end=1477
-  _globals['_WATCHTRANSFERREQUEST']._serialized_start=1479
-  _globals['_WATCHTRANSFERREQUEST']._serialized_end=1515
-  _globals['_TRANSFEREVENT']._serialized_start=1518
-  _globals['_TRANSFEREVENT']._serialized_end=1715
-  _globals['_TRANSFERSERVICE']._serialized_start=1906
-  _globals['_TRANSFERSERVICE']._serialized_end=2276
+  _globals['_STARTTRANSFERREQUEST']._serialized_end=504
+  _globals['_TRANSFER']._serialized_start=507
+  _globals['_TRANSFER']._serialized_end=1220
+  _globals['_GETTRANSFERREQUEST']._serialized_start=1222
+  _globals['_GETTRANSFERREQUEST']._serialized_end=1256
+  _globals['_LISTTRANSFERSREQUEST']._serialized_start=1258
+  _globals['_LISTTRANSFERSREQUEST']._serialized_end=1280
+  _globals['_LISTTRANSFERSRESPONSE']._serialized_start=1282
+  _globals['_LISTTRANSFERSRESPONSE']._serialized_end=1343
+  _globals['_CANCELTRANSFERREQUEST']._serialized_start=1345
+  _globals['_CANCELTRANSFERREQUEST']._serialized_end=1382
+  _globals['_WATCHTRANSFERREQUEST']._serialized_start=1384
+  _globals['_WATCHTRANSFERREQUEST']._serialized_end=1420
+  _globals['_TRANSFEREVENT']._serialized_start=1423
+  _globals['_TRANSFEREVENT']._serialized_end=1620
+  _globals['_TRANSFERSERVICE']._serialized_start=1811
+  _globals['_TRANSFERSERVICE']._serialized_end=2181
 # @@protoc_insertion_point(module_scope)

@@ -36,7 +36,7 @@ class FileList(_message.Message):
     def __init__(self, paths: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StartTransferRequest(_message.Message):
-    __slots__ = ("src_dtn", "dst_dtn", "bandwidth_bps", "size_bytes", "files", "destination", "streams", "engine", "policy", "request_id", "pace_bps", "deadline")
+    __slots__ = ("src_dtn", "dst_dtn", "bandwidth_bps", "size_bytes", "files", "destination", "streams", "engine", "policy", "request_id", "pace_bps", "deadline", "ceiling_bps", "priority")
     SRC_DTN_FIELD_NUMBER: _ClassVar[int]
     DST_DTN_FIELD_NUMBER: _ClassVar[int]
     BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,8 @@ class StartTransferRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PACE_BPS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    CEILING_BPS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     src_dtn: str
     dst_dtn: str
     bandwidth_bps: int
@@ -61,17 +63,9 @@ class StartTransferRequest(_message.Message):
     request_id: str
     pace_bps: int
     deadline: _timestamp_pb2.Timestamp
-    def __init__(self, src_dtn: _Optional[str] = ..., dst_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Union[FileList, _Mapping]] = ..., destination: _Optional[str] = ..., streams: _Optional[int] = ..., engine: _Optional[str] = ..., policy: _Optional[_Union[_bandwidth_pb2.PathPolicy, str]] = ..., request_id: _Optional[str] = ..., pace_bps: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
-
-class TransferStep(_message.Message):
-    __slots__ = ("start_time", "end_time", "bandwidth_bps")
-    START_TIME_FIELD_NUMBER: _ClassVar[int]
-    END_TIME_FIELD_NUMBER: _ClassVar[int]
-    BANDWIDTH_BPS_FIELD_NUMBER: _ClassVar[int]
-    start_time: _timestamp_pb2.Timestamp
-    end_time: _timestamp_pb2.Timestamp
-    bandwidth_bps: int
-    def __init__(self, start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., bandwidth_bps: _Optional[int] = ...) -> None: ...
+    ceiling_bps: int
+    priority: int
+    def __init__(self, src_dtn: _Optional[str] = ..., dst_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Union[FileList, _Mapping]] = ..., destination: _Optional[str] = ..., streams: _Optional[int] = ..., engine: _Optional[str] = ..., policy: _Optional[_Union[_bandwidth_pb2.PathPolicy, str]] = ..., request_id: _Optional[str] = ..., pace_bps: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ceiling_bps: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class Transfer(_message.Message):
     __slots__ = ("name", "owner", "src_dtn", "dst_dtn", "bandwidth_bps", "size_bytes", "files", "destination", "streams", "engine", "state", "reason", "reservation", "create_time", "update_time", "rate", "receiver_rate", "checksums_verified", "path", "nominal_bps", "pace_bps", "deadline", "projected_finish_time", "schedule")
@@ -122,8 +116,8 @@ class Transfer(_message.Message):
     pace_bps: int
     deadline: _timestamp_pb2.Timestamp
     projected_finish_time: _timestamp_pb2.Timestamp
-    schedule: _containers.RepeatedCompositeFieldContainer[TransferStep]
-    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., src_dtn: _Optional[str] = ..., dst_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Iterable[str]] = ..., destination: _Optional[str] = ..., streams: _Optional[int] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[TransferState, str]] = ..., reason: _Optional[str] = ..., reservation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rate: _Optional[_Union[_agent_pb2.RateReport, _Mapping]] = ..., receiver_rate: _Optional[_Union[_agent_pb2.RateReport, _Mapping]] = ..., checksums_verified: _Optional[bool] = ..., path: _Optional[_Iterable[str]] = ..., nominal_bps: _Optional[float] = ..., pace_bps: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., projected_finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule: _Optional[_Iterable[_Union[TransferStep, _Mapping]]] = ...) -> None: ...
+    schedule: _containers.RepeatedCompositeFieldContainer[_bandwidth_pb2.ScheduleStep]
+    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., src_dtn: _Optional[str] = ..., dst_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., size_bytes: _Optional[int] = ..., files: _Optional[_Iterable[str]] = ..., destination: _Optional[str] = ..., streams: _Optional[int] = ..., engine: _Optional[str] = ..., state: _Optional[_Union[TransferState, str]] = ..., reason: _Optional[str] = ..., reservation: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rate: _Optional[_Union[_agent_pb2.RateReport, _Mapping]] = ..., receiver_rate: _Optional[_Union[_agent_pb2.RateReport, _Mapping]] = ..., checksums_verified: _Optional[bool] = ..., path: _Optional[_Iterable[str]] = ..., nominal_bps: _Optional[float] = ..., pace_bps: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., projected_finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule: _Optional[_Iterable[_Union[_bandwidth_pb2.ScheduleStep, _Mapping]]] = ...) -> None: ...
 
 class GetTransferRequest(_message.Message):
     __slots__ = ("name",)
