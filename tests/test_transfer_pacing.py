@@ -15,10 +15,13 @@ import pytest
 from northbound.proto.tsdn.v1 import agent_pb2 as agent_pb
 from northbound.transfers import job_out, role_in
 from sdn_app.core.errors import InvalidArgument
+from sdn_app.core.paths import PathRequest
+from sdn_app.core.reservation import Principal, Role
 from sdn_app.core.transfers import JobRole, TransferState
 from tests.test_transfers import (
     AGENT,
     DST,
+    FTS,
     RUCIO,
     SRC,
     G,
@@ -173,3 +176,19 @@ def test_a_pace_job_goes_to_the_agent_as_pace_and_is_no_reports_role(env):
     assert (message.transfer, message.role, message.pacing_bps) == (transfer.name, agent_pb.PACE, 5_700_000_000)
     with pytest.raises(InvalidArgument, match="role: RECEIVE or SEND"):
         role_in(agent_pb.PACE)
+
+
+def test_an_elastic_transfer_is_paced_at_its_share_and_follows_it(env):
+    """Two elastic transfers share dtn3's access link by priority; a guaranteed reservation on it
+    shrinks them, and each sender gets a PACE job at its new share."""
+    dmm = Principal("rucio", Role.SERVICE, priority=3)  # its tokens file gives it priority 3
+    low = running(env, env.desk.start(dmm, spec(bandwidth=10 * G, ceiling=100 * G, priority=1)))
+    high = running(env, env.desk.start(dmm, spec(src="dtn5", bandwidth=10 * G, ceiling=100 * G, priority=3)))
+    split(env)
+    assert env.book.get(dmm, low.reservation).meter_bps == 30 * G  # 80G spare on dtn3's link, 1:3
+    assert env.book.get(dmm, high.reservation).meter_bps == 70 * G
+    now = env.clock.now()
+    env.book.create(FTS, PathRequest("dtn7", DST, 40 * G, now, now + 3600))
+    settle(env)
+    paces = {offer.job.dtn: offer.job.pacing_bps for offer in split(env)[0] if offer.job.role is JobRole.PACE}
+    assert paces == {SRC: int(20 * G * 0.95), "dtn5": int(40 * G * 0.95)}
