@@ -4,6 +4,7 @@ the live map in a real headless Chromium, against a real controller on loopback.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import grpc
 import pytest
@@ -118,3 +119,18 @@ def test_the_map_shows_priority_floor_ceiling_and_share(prioritised, browser):
                                       "return e ? e.textContent : null;", entry)
     wait_for(lambda: terms() is not None, "the reservation in the map's legend", 15, interval=0.2)
     assert terms() == "elastic 10G-200G, share 200G, priority 3"
+
+
+def test_by_when_could_a_data_set_arrive(running):  # noqa: F811
+    _, env, _, _ = running
+    asked = tsdn(env, "path", "availability", "caltech-a-dtn1", "starlight-dtn1", "--size", "40TB", "--json")
+    assert asked.returncode == 0, asked.stderr
+    found = json.loads(asked.stdout)
+    [step] = found["schedule"]  # an empty sc16: one step at about the path's 400G (its DTNs' NICs)
+    assert 0.995 * 400 * G <= int(step["bandwidth_bps"]) <= 400 * G  # just enough to end at a whole second
+    length = (datetime.fromisoformat(step["end_time"]) - datetime.fromisoformat(step["start_time"])).total_seconds()
+    assert 800 <= length <= 802  # 40 TB at 400G: 800 s
+    human = tsdn(env, "path", "availability", "caltech-a-dtn1", "starlight-dtn1", "--size", "40TB")
+    assert "40TB could arrive by" in human.stdout and "400G" in human.stdout
+    bad = tsdn(env, "path", "availability", "caltech-a-dtn1", "starlight-dtn1", "--size", "0")
+    assert bad.returncode != 0 and "size" in bad.stderr

@@ -1,4 +1,5 @@
-"""`tsdn path request|list|show|modify|release|watch|availability`: reservations on a controller."""
+"""`tsdn path request|list|show|modify|release|commit|abort|provision|unprovision|watch|availability`:
+reservations on a controller."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.paths import POLICIES
 from sdn_app.core.reservation import MAX_PRIORITY
-from sdn_app.core.units import format_bandwidth, format_time, format_window, parse_bandwidth, parse_time
+from sdn_app.core.units import (
+    format_bandwidth,
+    format_time,
+    format_window,
+    parse_bandwidth,
+    parse_size,
+    parse_time,
+)
 from tsdn.cli.request_args import add_request_arguments, request_from_args
 from tsdn.output import EXIT_BAD_INPUT, EXIT_REFUSED, fail, print_json, table
 
@@ -100,6 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     availability.add_argument("dst", metavar="DST", help="destination DTN")
     add_request_arguments(availability, bandwidth=False, protect=False, policy="widest")
     availability.add_argument("--paths", type=int, default=3, metavar="N", help="candidate paths (default 3)")
+    availability.add_argument("--size", metavar="SIZE",
+                              help="also: by when could SIZE bytes (e.g. 40TB) get there from --start, and the "
+                                   "schedule it would take")
     _client_options(availability, run_availability)
 
 
@@ -361,12 +372,17 @@ def run_availability(args: argparse.Namespace, client) -> int:
     found = client.query_availability(
         request.src, request.dst, start=request.start, end=None if math.isinf(request.end) else request.end,
         policy=request.policy, include=request.include, exclude=request.exclude, max_hops=request.max_hops,
-        max_paths=args.paths,
+        max_paths=args.paths, size_bytes=parse_size(args.size, "--size") if args.size else 0,
     )
     if args.json:
         print_json(_as_dict(found))
         return 0
     print(f"{request.src} -> {request.dst}: at most {format_bandwidth(found.max_bandwidth_bps)} bookable")
+    if found.HasField("earliest_finish_time"):
+        print(f"  {args.size} could arrive by {format_time(_epoch(found.earliest_finish_time))}:")
+        for step in found.schedule:
+            print(f"    {format_bandwidth(step.bandwidth_bps)} "
+                  f"{format_window(_epoch(step.start_time), _epoch(step.end_time))}")
     if found.reason:
         print(f"  {found.reason}")
     if found.paths:
