@@ -170,7 +170,7 @@ def _step_function(bookings: Iterable[Booking]) -> tuple[list[float], list[int]]
     """Booked bandwidth of `bookings` over time: the times it changes, and its level from each."""
     deltas: dict[float, int] = {}
     for b in bookings:
-        for start, end, bandwidth in b.segments:
+        for start, end, bandwidth in b.steps or ((b.start, b.end, b.bandwidth),):  # no Span per plain booking
             deltas[start] = deltas.get(start, 0) + bandwidth
             if not math.isinf(end):
                 deltas[end] = deltas.get(end, 0) - bandwidth

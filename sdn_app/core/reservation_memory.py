@@ -27,6 +27,7 @@ class Memory:
         self.known: dict[str, Reservation] = {}
         self.live: dict[str, Reservation] = {}  # not final: what ticks and deadlines look at
         self.degraded: set[str] = set()
+        self.elastic: set[str] = set()  # live elastic ones: what a re-solve of the shares looks at
         self._by_request: dict[tuple[str, str], str] = {}
         self._by_pair: dict[tuple[str, str], set[str]] = {}  # (src, dst) -> live reservations
         self._deadlines: list[tuple[float, str]] = []  # heap of (window start or end, id); stale entries skipped
@@ -61,6 +62,10 @@ class Memory:
             self.degraded.add(reservation.id)
         else:
             self.degraded.discard(reservation.id)
+        if reservation.elastic and not reservation.state.is_final:
+            self.elastic.add(reservation.id)
+        else:
+            self.elastic.discard(reservation.id)
         if reservation.request_id:
             self._by_request[(reservation.owner, reservation.request_id)] = reservation.id
 

@@ -141,8 +141,8 @@ class ReservationBook:
                                        self._move, self._commit, self._confirming))
         self.links = LinkRepair(topology, self.finder, MappingProxyType(self._live), self._memory.degraded,
                                 self.rerouter.measured_route, self._move, self._commit)
-        self.shares = Shares(topology, ledger, MappingProxyType(self._live), lambda: self.finder.down_links,
-                             share_step)
+        self.shares = Shares(topology, ledger, MappingProxyType(self._live), self._memory.elastic,
+                             lambda: self.finder.down_links, share_step)
         self.ledger.write(store.create_table)
         self._load()
 

@@ -30,22 +30,23 @@ _SHARING = frozenset({State.PROVISIONING, State.ACTIVE, State.MOVING, State.DEGR
 
 
 class Shares:
-    """Solves the shares of the elastic reservations among `live`."""
+    """Solves the shares of the elastic reservations among `live` (`elastic`: their ids)."""
 
-    def __init__(self, topology: Topology, ledger: Ledger, live: Mapping[str, Reservation],
+    def __init__(self, topology: Topology, ledger: Ledger, live: Mapping[str, Reservation], elastic: Set[str],
                  down_links: Callable[[], Set[str]], step: float = DEFAULT_SHARE_STEP):
         if isinstance(step, bool) or not isinstance(step, int | float) or not 0 <= step < 1:
             raise ValueError(f"share step: a fraction of the ceiling from 0 to below 1, got {step!r}")
         self.topology = topology
         self.ledger = ledger
         self.live = live
+        self.elastic = elastic  # ids of the live elastic ones among `live`
         self.down_links = down_links
         self.step = float(step)
 
     def sharing(self, now: float) -> list[Reservation]:
         """The elastic reservations that take part in a re-solve now, oldest first."""
-        return sorted((r for r in self.live.values()
-                       if r.elastic and r.state in _SHARING and r.route is not None and r.request.start <= now),
+        return sorted((r for r in map(self.live.__getitem__, self.elastic)
+                       if r.state in _SHARING and r.route is not None and r.request.start <= now),
                       key=lambda r: (r.created, r.id))
 
     def solve(self, now: float) -> dict[str, int]:
