@@ -134,3 +134,19 @@ def test_by_when_could_a_data_set_arrive(running):  # noqa: F811
     assert "40TB could arrive by" in human.stdout and "400G" in human.stdout
     bad = tsdn(env, "path", "availability", "caltech-a-dtn1", "starlight-dtn1", "--size", "0")
     assert bad.returncode != 0 and "size" in bad.stderr
+
+
+def test_a_hold_times_out_on_its_own_and_frees_its_booking(start_controller, tokens_file):
+    controller = start_controller(tokens=tokens_file, hold_timeout=1.0)
+    rucio = client(controller, "rucio")
+    held = rucio.create_reservation("caltech-a-dtn1", "starlight-dtn1", 400 * G, duration=3600, hold=True)
+    with pytest.raises(ApiError) as full:  # the hold counts against the DTN's 400G NIC
+        rucio.create_reservation("caltech-a-dtn1", "ucsd-dtn1", 10 * G, duration=3600)
+    assert full.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    events = rucio.watch(held.name, include_existing=True, timeout=20)
+    expired = next(e for e in events if e.state == pb.EXPIRED)  # nobody asks: the controller's clock does it
+    assert expired.previous_state == pb.HELD and "hold timed out" in expired.reason
+    assert rucio.create_reservation("caltech-a-dtn1", "ucsd-dtn1", 10 * G, duration=3600).state == pb.ACTIVE
+    with pytest.raises(ApiError) as late:
+        rucio.commit_reservation(held.name)
+    assert late.value.code is grpc.StatusCode.FAILED_PRECONDITION and "hold expired at" in str(late.value)
