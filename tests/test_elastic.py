@@ -25,10 +25,11 @@ BOTTLENECK = "s2:3->dtn2"  # dtn2's access link: 100G, on every path into dtn2
 
 
 class Env:
-    def __init__(self, db: Path, share_step: float = 0.05):
+    def __init__(self, db: Path, share_step: float = 0.05, solver: str = "filling"):
         self.clock = FakeClock()
         self.ledger = Ledger(RING8.capacities(), db, self.clock)
-        self.book = ReservationBook(RING8, self.ledger, self.clock, provisioning=True, share_step=share_step)
+        self.book = ReservationBook(RING8, self.ledger, self.clock, provisioning=True, share_step=share_step,
+                                    share_solver=solver)
 
     def elastic(self, src: str, floor: int, ceiling: int, priority: int = 0, who: Principal = DMM):
         now = self.clock.now()
@@ -46,9 +47,9 @@ class Env:
         return next(m.rate_bps for m in plan.meters if m.direction == "forward")
 
 
-@pytest.fixture
-def env(tmp_path: Path):
-    e = Env(tmp_path / "state.db")
+@pytest.fixture(params=["filling", "highs"])  # the LP's closed form, and the LP by HiGHS: the same shares
+def env(tmp_path: Path, request):
+    e = Env(tmp_path / "state.db", solver=request.param)
     yield e
     e.ledger.close()
 

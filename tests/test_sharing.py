@@ -97,7 +97,7 @@ def test_changed_reports_moves_beyond_the_step_and_new_claims():
     new = {"a": 55 * G, "b": 4 * G, "c": 2 * G}
     assert changed(old, new, claims, 0.05) == {"b": 4 * G, "c": 2 * G}
     assert changed(old, new, list(claims.values()), 0.0) == new
-    with pytest.raises(InvalidArgument, match="step: a share of the ceiling of at least 0, got -0.1"):
+    with pytest.raises(InvalidArgument, match=r"step: a share of the ceiling of at least 0, got -0\.1"):
         changed(old, new, claims, -0.1)
     with pytest.raises(InvalidArgument, match="claim 'x': has a new share but no claim"):
         changed(old, {"x": 1}, claims, 0.05)

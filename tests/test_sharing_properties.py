@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sdn_app.core.sharing import METHODS, Claim, changed, solve
@@ -63,7 +63,7 @@ def exact_filling(claims: Sequence[Claim], spare: Mapping[str, int]) -> dict[str
             weight = sum(c.weight for c in live.values() if d in c.directions)
             if weight:
                 frozen = sum(extra[c.id] for c in claims if c.id not in live and d in c.directions)
-                candidates.append((capacity - frozen) / weight)
+                candidates.append(Fraction(capacity - frozen) / weight)
         level = max(level, min(candidates))
         for c in live.values():
             extra[c.id] = c.weight * level
@@ -106,6 +106,9 @@ def violations(claims: Sequence[Claim], spare: Mapping[str, int], shares: Mappin
 
 @settings(max_examples=300, deadline=None)
 @given(problems(), st.sampled_from(METHODS))
+@example(([Claim("low", ("d",), 0, 1000, 1), Claim("high", ("d",), 0, 1000, 3)], {"d": 100}), "filling")
+@example(([Claim("long", ("w", "e"), 5, 900, 2), Claim("west", ("w",), 0, 900, 1), Claim("east", ("e",), 0, 40, 1)],
+          {"w": 100, "e": 60}), "highs")
 def test_shares_are_bounded_fit_and_weighted_max_min_fair(problem, method):
     claims, spare = problem
     shares = solve(claims, spare, method=method)

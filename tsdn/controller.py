@@ -57,6 +57,7 @@ class ControllerConfig:
     keep_ended: float = DEFAULT_KEEP_ENDED  # seconds an ended reservation stays in memory (inf: for good)
     hold_timeout: float = DEFAULT_HOLD_TIMEOUT  # seconds a two-phase hold waits for its commit
     share_step: float = DEFAULT_SHARE_STEP  # elastic meters change when a share moves more than this x ceiling
+    share_solver: str = "filling"  # each round of elastic sharing in closed form, or as an LP by HiGHS ("highs")
     max_streams: int = DEFAULT_MAX_STREAMS  # server streams (Watch*, TakeJobs, ...) open at once, in total
     max_streams_per_principal: int = DEFAULT_MAX_STREAMS_PER_PRINCIPAL  # ... and per principal
     reroute: ReroutePolicy = field(default_factory=ReroutePolicy)  # when and where rates move reservations
@@ -125,7 +126,8 @@ class Controller:
             self.book = ReservationBook(self.topology, self.ledger, config.clock,
                                         provisioning=config.listen_openflow is not None,
                                         advisor=RateAdvisor(config.reroute), keep_ended=config.keep_ended,
-                                        hold_timeout=config.hold_timeout, share_step=config.share_step)
+                                        hold_timeout=config.hold_timeout, share_step=config.share_step,
+                                        share_solver=config.share_solver)
             for repair in self.book.repairs:  # bookings that no longer fit the topology: never silently
                 log.warning("%s: %s %s: %s", config.state, repair.reservation, repair.action, repair.reason)
             self.book.host_limits = self.agents.host_limit

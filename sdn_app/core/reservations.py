@@ -95,7 +95,8 @@ class ReservationBook:
 
     def __init__(self, topology: Topology, ledger: Ledger, clock: Clock, provisioning: bool = False,
                  advisor: RateAdvisor | None = None, keep_ended: float = DEFAULT_KEEP_ENDED,
-                 hold_timeout: float = DEFAULT_HOLD_TIMEOUT, share_step: float = DEFAULT_SHARE_STEP):
+                 hold_timeout: float = DEFAULT_HOLD_TIMEOUT, share_step: float = DEFAULT_SHARE_STEP,
+                 share_solver: str = "filling"):
         """Load the reservations kept in the ledger's database and reconcile them with it.
 
         With `provisioning`, switches are controlled: a reservation whose window starts waits in
@@ -107,7 +108,8 @@ class ReservationBook:
         ones and those ended within `keep_ended`.
 
         A held request waits `hold_timeout` seconds for its commit. Elastic reservations' meters
-        change when a re-solve moves their share by more than `share_step` x their ceiling.
+        change when a re-solve moves their share by more than `share_step` x their ceiling;
+        `share_solver` solves the rounds of the sharing (`sharing.METHODS`).
         """
         if isinstance(hold_timeout, bool) or not isinstance(hold_timeout, int | float) \
                 or not 0 < hold_timeout <= 86400:
@@ -142,7 +144,7 @@ class ReservationBook:
         self.links = LinkRepair(topology, self.finder, MappingProxyType(self._live), self._memory.degraded,
                                 self.rerouter.measured_route, self._move, self._commit)
         self.shares = Shares(topology, ledger, MappingProxyType(self._live), self._memory.elastic,
-                             lambda: self.finder.down_links, share_step)
+                             lambda: self.finder.down_links, share_step, share_solver)
         self.ledger.write(store.create_table)
         self._load()
 
@@ -595,19 +597,12 @@ class ReservationBook:
                       ceiling=old.ceiling if ceiling is None else ceiling)
         _check_terms(principal, replace(old.request, bandwidth=old.request.bandwidth if bandwidth is None
                                         else bandwidth), terms)
-        if priority is not None or ceiling is not None:
-            if bandwidth is None and end is None and path is None:
-                if validate_only:
-                    return replace(old, priority=terms.priority, ceiling=terms.ceiling,
-                                   reason="validate_only: checked, nothing was changed")
-                new = self._commit(replace(old, priority=terms.priority, ceiling=terms.ceiling), "modified: " + (
-                    f"priority {old.priority} -> {terms.priority}" if priority is not None else "") + (
-                    ", " if priority is not None and ceiling is not None else "") + (
-                    f"ceiling {format_bandwidth(old.ceiling)} -> {format_bandwidth(terms.ceiling)}"
-                    if ceiling is not None else ""))
-                self._reshare(f"{old.name} modified")
-                return self._reservations[new.id]
-            old = replace(old, priority=terms.priority, ceiling=terms.ceiling)
+        changes = []
+        if terms.priority != old.priority:
+            changes.append(f"priority {old.priority} -> {terms.priority}")
+        if terms.ceiling != old.ceiling:
+            changes.append(f"ceiling {format_bandwidth(old.ceiling)} -> {format_bandwidth(terms.ceiling)}")
+        old = replace(old, priority=terms.priority, ceiling=terms.ceiling)
         if old.state in (State.PROVISIONING, State.MOVING) and path is not None:
             raise FailedPrecondition(f"{old.name} is {old.state}; move it once its flows are confirmed")
         request = replace(old.request, bandwidth=old.request.bandwidth if bandwidth is None else bandwidth,
@@ -624,7 +619,6 @@ class ReservationBook:
         if validate_only:
             self.ledger.check(route.direction_ids, request.bandwidth, request.start, request.end, ignore=old.id)
             return replace(old, request=request, route=route, reason="validate_only: checked, nothing was changed")
-        changes = []
         if request.bandwidth != old.request.bandwidth:
             changes.append(f"bandwidth {format_bandwidth(old.request.bandwidth)} -> "
                            f"{format_bandwidth(request.bandwidth)}")

@@ -33,7 +33,7 @@ class Shares:
     """Solves the shares of the elastic reservations among `live` (`elastic`: their ids)."""
 
     def __init__(self, topology: Topology, ledger: Ledger, live: Mapping[str, Reservation], elastic: Set[str],
-                 down_links: Callable[[], Set[str]], step: float = DEFAULT_SHARE_STEP):
+                 down_links: Callable[[], Set[str]], step: float = DEFAULT_SHARE_STEP, method: str = "filling"):
         if isinstance(step, bool) or not isinstance(step, int | float) or not 0 <= step < 1:
             raise ValueError(f"share step: a fraction of the ceiling from 0 to below 1, got {step!r}")
         self.topology = topology
@@ -42,6 +42,9 @@ class Shares:
         self.elastic = elastic  # ids of the live elastic ones among `live`
         self.down_links = down_links
         self.step = float(step)
+        if method not in sharing.METHODS:
+            raise ValueError(f"share solver: one of {', '.join(sharing.METHODS)}, got {method!r}")
+        self.method = method  # how each round of the filling is solved (`sharing`): the same shares
 
     def sharing(self, now: float) -> list[Reservation]:
         """The elastic reservations that take part in a re-solve now, oldest first."""
@@ -61,7 +64,7 @@ class Shares:
         spare = {d: 0 if self.topology.directions[d].link in down
                  else self.ledger.capacities[d] - self.ledger.used(d, now, after)
                  for d in directions if d in self.ledger.capacities}
-        return sharing.solve(claims, spare)
+        return sharing.solve(claims, spare, method=self.method)
 
     def changes(self, shares: Mapping[str, int]) -> dict[str, int]:
         """The shares worth a meter change: every share below the reservation's meter now (its

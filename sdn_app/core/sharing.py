@@ -18,14 +18,15 @@ times the extra of a claim of weight 1.
 Each round of the filling is the linear program: maximise the common level t subject to
 extra_i >= weight_i * t for the claims not yet frozen, extra_i <= ceiling_i - floor_i, and, on
 every direction, the extras crossing it summing to at most its spare capacity; then the claims
-on the directions this saturates and the claims at their ceiling freeze (to within a relative
-tolerance of 1e-9). With one fixed route per claim this program has a closed-form optimum: the
-least, over the directions live claims cross, of the direction's remaining spare capacity over
-the live weight crossing it (claims that reach their ceiling below that level freeze first, and
-the level is taken again). The default `method="filling"` computes that directly with numpy;
-`method="highs"` solves the same rounds as LPs with HiGHS (one model per solve, re-solved warm
-with a frozen claim's column fixed): the same shares, tens of times slower, and the formulation
-to extend if a claim may ever split over several paths.
+on the directions this saturates and the claims at their ceiling freeze (to within 1e-12 of
+the largest spare capacity). With one fixed route per claim this program has a closed-form
+optimum: the least, over the directions live claims cross, of the direction's remaining spare
+capacity over the live weight crossing it (claims that reach their ceiling below that level
+freeze first, and the level is taken again). The default `method="filling"` computes that
+directly with numpy; `method="highs"` solves the same rounds as LPs with HiGHS (one model per
+solve, re-solved warm with a frozen claim's column fixed): the same shares to within 1e-10 of
+the largest spare capacity, tens of times slower, and the formulation to extend if a claim may
+ever split over several paths.
 
 Shares are whole bits per second, rounded down: never below the floor, never above the ceiling,
 and on every direction the extras (shares minus floors) sum to at most its spare capacity. A
@@ -51,7 +52,7 @@ from sdn_app.core.errors import InvalidArgument
 METHODS: tuple[str, ...] = ("filling", "highs")
 # A direction with spare capacity left below this share of the largest spare capacity is
 # saturated, and a claim this close to its ceiling is at it.
-_TOLERANCE = 1e-9
+_TOLERANCE = 1e-12
 # An extra a float rounding error below a whole number of bits/s rounds up to it, not down.
 _SNAP = 1e-12
 _MAX_SPARE = 2**62  # keeps sums of int64 extras from overflowing
@@ -169,10 +170,9 @@ class _Problem:
         extras = np.zeros(len(self.claims), dtype=np.int64)
         active = np.flatnonzero(self.headroom > 0)  # the others get exactly their floor
         if active.size:
-            scale = float(self.spare.max())
-            rounds = _Rounds(self, active, scale)
+            rounds = _Rounds(self, active)
             level: _Level = _HighsLevel(rounds) if method == "highs" else _ClosedFormLevel(rounds)
-            scaled = rounds.run(level) * scale
+            scaled = rounds.run(level) * rounds.scale
             extras[active] = np.floor(scaled + _SNAP * scaled)
             np.clip(extras, 0, self.headroom, out=extras)
             self._fit(extras)
@@ -200,15 +200,15 @@ class _Level(Protocol):
         """The highest common level the live claims reach (ceilings aside) with the frozen ones fixed."""
         ...
 
-    def froze(self, claims: np.ndarray, idle: np.ndarray) -> None:
-        """`claims` were frozen at their values; no live claim crosses the directions `idle` any more."""
+    def froze(self, claims: np.ndarray) -> None:
+        """`claims` were just frozen at their values."""
         ...
 
 
 class _Rounds:
-    """Progressive filling over the active claims, in units of the largest spare capacity."""
+    """Progressive filling over the active claims, in units of the largest spare capacity they cross."""
 
-    def __init__(self, problem: _Problem, active: np.ndarray, scale: float):
+    def __init__(self, problem: _Problem, active: np.ndarray):
         m = active.size
         position = np.full(len(problem.claims), -1, dtype=np.int64)
         position[active] = np.arange(m)
@@ -216,6 +216,8 @@ class _Rounds:
         used, self.direction_of = np.unique(problem.direction_of[keep], return_inverse=True)
         self.claim_of = position[problem.claim_of[keep]]  # still sorted by claim
         self.m, self.k = m, used.size
+        # bits/s per unit: the largest spare capacity these claims cross (> 0, as each has headroom).
+        self.scale = scale = float(problem.spare[used].max())
         self.weight = problem.weight[active]
         self.ceiling = problem.headroom[active] / scale
         self.spare = problem.spare[used] / scale
@@ -234,20 +236,21 @@ class _Rounds:
         ceiling_level = self.ceiling / self.weight
         by_ceiling = np.argsort(ceiling_level, kind="stable")
         ceiling_levels = ceiling_level[by_ceiling]
-        reached = 0
+        reached = 0  # claims before this place in by_ceiling are frozen
         remaining = self.m
         while remaining:
             self.t = max(self.t, finder.level())
+            # Claims that reach their ceiling at this level freeze there, and the level is found
+            # again: what they leave raises it.
             upto = int(np.searchsorted(ceiling_levels, self.t + _TOLERANCE, side="right"))
-            if upto > reached:
-                # Claims that reach their ceiling below this level freeze there, and the level is
-                # found again: what they leave raises it.
-                hit = by_ceiling[reached:upto]
-                reached = upto
-                hit = hit[self.live[hit]]
-                if hit.size:
-                    remaining -= self._freeze(hit, self.ceiling[hit], finder)
-                    continue
+            window = by_ceiling[reached:upto]
+            at_ceiling = self.live[window] & (self.ceiling[window] <= self.weight[window] * self.t + _TOLERANCE)
+            if at_ceiling.any():
+                remaining -= self._freeze(window[at_ceiling], self.ceiling[window[at_ceiling]], finder)
+            waiting = self.live[window]
+            reached += int(np.argmax(waiting)) if waiting.any() else window.size
+            if at_ceiling.any():
+                continue
             crossed = self.live_weight > 0.5
             slack = np.where(crossed, self.spare - self.frozen_load - self.live_weight * self.t, np.inf)
             saturated = np.flatnonzero(slack <= _TOLERANCE)
@@ -263,10 +266,9 @@ class _Rounds:
         self.live[claims] = False
         entries = _ranges(self.claim_start[claims], self.claim_start[claims + 1])
         directions, owners = self.direction_of[entries], self.claim_of[entries]
-        before = self.live_weight > 0.5
         self.live_weight -= np.bincount(directions, weights=self.weight[owners], minlength=self.k)
         self.frozen_load += np.bincount(directions, weights=self.value[owners], minlength=self.k)
-        finder.froze(claims, np.flatnonzero(before & (self.live_weight <= 0.5)))
+        finder.froze(claims)
         return claims.size
 
 
@@ -281,7 +283,7 @@ class _ClosedFormLevel:
         crossed = r.live_weight > 0.5
         return float(((r.spare[crossed] - r.frozen_load[crossed]) / r.live_weight[crossed]).min())
 
-    def froze(self, claims: np.ndarray, idle: np.ndarray) -> None:
+    def froze(self, claims: np.ndarray) -> None:
         pass
 
 
@@ -300,13 +302,15 @@ class _HighsLevel:
 
     Columns: the active claims' extras, then the level t. Rows: extra_i - weight_i * t >= 0 per
     claim, then per direction the extras crossing it <= its spare capacity. A live claim's
-    ceiling is left to the rounds (it would stop t at the first ceiling); a frozen claim's
-    column is fixed at its value and its level row dropped.
+    ceiling is left to the rounds (as a bound it would stop t at the first ceiling). A frozen
+    claim's column is fixed at 0 and its level row dropped, and what it was frozen at comes off
+    the spare capacity of the rows it crosses (never below 0): a frozen value a rounding error
+    too large can then never make a later round infeasible.
     """
 
     def __init__(self, rounds: _Rounds):
         m, k, inf = rounds.m, rounds.k, highspy.kHighsInf
-        self.m = m
+        self.direction_rows = (m + np.arange(k)).astype(np.int32)
         lp = highspy.HighsLp()
         lp.num_col_, lp.num_row_ = m + 1, m + k
         lp.sense_ = highspy.ObjSense.kMaximize
@@ -324,6 +328,10 @@ class _HighsLevel:
                                         np.ones(rounds.claims_on.size)))
         self.rounds = rounds
         self.highs = _QuietHighs()
+        # Tighter than HiGHS's default 1e-7: in units of the largest spare capacity, that would let
+        # a small direction be overrun by a visible share of its own spare capacity.
+        self.highs.setOptionValue("primal_feasibility_tolerance", 1e-10)
+        self.highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
         self.highs.passModel(lp)
 
     def level(self) -> float:
@@ -333,12 +341,10 @@ class _HighsLevel:
             raise RuntimeError(f"elastic sharing: HiGHS ended a round with {self.highs.modelStatusToString(status)}")
         return self.highs.getInfo().objective_function_value
 
-    def froze(self, claims: np.ndarray, idle: np.ndarray) -> None:
+    def froze(self, claims: np.ndarray) -> None:
         inf = highspy.kHighsInf
         columns = claims.astype(np.int32)
-        values = self.rounds.value[claims]
-        self.highs.changeColsBounds(columns.size, columns, values, values)
-        # A direction no live claim crosses constrains nothing more; dropping its row too keeps
-        # the frozen values' rounding error from ever making a later round infeasible.
-        rows = np.concatenate((columns, (self.m + idle).astype(np.int32)))
-        self.highs.changeRowsBounds(rows.size, rows, np.full(rows.size, -inf), np.full(rows.size, inf))
+        self.highs.changeColsBounds(columns.size, columns, np.zeros(columns.size), np.zeros(columns.size))
+        self.highs.changeRowsBounds(columns.size, columns, np.full(columns.size, -inf), np.full(columns.size, inf))
+        left = np.maximum(0.0, self.rounds.spare - self.rounds.frozen_load)
+        self.highs.changeRowsBounds(left.size, self.direction_rows, np.full(left.size, -inf), left)

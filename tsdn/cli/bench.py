@@ -61,6 +61,17 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="episodes, the kinds in turn (default 240; 48 with --quick; at least 8)")
     advisor.add_argument("--seed", type=int, default=16, help="random seed for the episodes")
     advisor.set_defaults(run=run_advisor)
+    share = sub.add_parser("share", help="elastic sharing on sc16 (1,000 claims) and the largest Topology Zoo WAN "
+                                         "(10,000): re-solve time and meters changed per perturbation, against "
+                                         "floors only (the pure core)")
+    share.add_argument("--quick", action="store_true", help="300 and 60 re-solves; finishes in under 20 s")
+    share.add_argument("--claims", type=_claims, metavar="N",
+                       help="claims on sc16 (default 1,000); the Zoo WAN gets ten times as many")
+    share.add_argument("--resolves", type=_claims, metavar="N",
+                       help="re-solves on each network (default 2,000 on sc16 and 400 on the Zoo WAN; 300 and "
+                            "60 with --quick)")
+    share.add_argument("--seed", type=int, default=16, help="random seed for claims and perturbations")
+    share.set_defaults(run=run_share)
     failover = sub.add_parser("failover", help="kill -9 of the leader of 3 controllers sharing etcd, ring8 in Mininet: "
                                                "time to a new OpenFlow MASTER and to the first admission, what was "
                                                "lost; admissions per second on etcd against SQLite (needs root, "
@@ -129,6 +140,23 @@ def run_advisor(args: argparse.Namespace) -> int:
     from benchmarks.advisor import main
 
     return main(quick=args.quick, seed=args.seed, episodes=args.episodes)
+
+
+def _claims(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1, got {value}")
+    return value
+
+
+def run_share(args: argparse.Namespace) -> int:
+    """`tsdn bench share [--quick] [--claims N] [--resolves N] [--seed S]`."""
+    from benchmarks.share import main
+
+    return main(quick=args.quick, seed=args.seed, claims=args.claims, resolves=args.resolves)
 
 
 def run_failover(args: argparse.Namespace) -> int:
