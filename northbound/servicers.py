@@ -25,7 +25,7 @@ from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
 from northbound.streams import OPEN_HEADER
 from sdn_app.core import validation
 from sdn_app.core.errors import InvalidArgument, TsdnError
-from sdn_app.core.reservation import Event, Principal, Role
+from sdn_app.core.reservation import Event, Principal, Reservation, Role
 from sdn_app.core.reservations import ReservationBook
 from sdn_app.worker import CoreWorker, EventHub, Subscription, owner_topic
 
@@ -240,28 +240,29 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
 
     @rpc
     def CommitReservation(self, request: pb.ReservationRequest, context, principal: Principal):
-        convert.name_in(request.name)
-        return self.worker.call(lambda: convert.reservation_out(self.book.commit(principal, request.name)))
+        return self._change(self.book.commit, principal, request.name)
 
     @rpc
     def AbortReservation(self, request: pb.ReservationRequest, context, principal: Principal):
-        convert.name_in(request.name)
-        return self.worker.call(lambda: convert.reservation_out(self.book.abort(principal, request.name)))
+        return self._change(self.book.abort, principal, request.name)
 
     @rpc
     def ProvisionReservation(self, request: pb.ReservationRequest, context, principal: Principal):
-        convert.name_in(request.name)
-        return self.worker.call(lambda: convert.reservation_out(self.book.provision(principal, request.name)))
+        return self._change(self.book.provision, principal, request.name)
 
     @rpc
     def UnprovisionReservation(self, request: pb.ReservationRequest, context, principal: Principal):
-        convert.name_in(request.name)
-        return self.worker.call(lambda: convert.reservation_out(self.book.unprovision(principal, request.name)))
+        return self._change(self.book.unprovision, principal, request.name)
 
     @rpc
     def DeleteReservation(self, request: pb.DeleteReservationRequest, context, principal: Principal):
-        convert.name_in(request.name)
-        return self.worker.call(lambda: convert.reservation_out(self.book.release(principal, request.name)))
+        return self._change(self.book.release, principal, request.name)
+
+    def _change(self, change: Callable[[Principal, str], Reservation], principal: Principal,
+                name: str) -> pb.Reservation:
+        """`change` (a book method) of the reservation `name`, on the worker thread, as a message."""
+        convert.name_in(name)
+        return self.worker.call(lambda: convert.reservation_out(change(principal, name)))
 
     @rpc
     def QueryAvailability(self, request: pb.QueryAvailabilityRequest, context, principal: Principal):

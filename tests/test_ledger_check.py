@@ -412,3 +412,16 @@ def test_the_controller_logs_and_counts_what_it_repaired(start_controller, tmp_p
     assert 'tsdn_ledger_repairs_total{action="rerouted",cause="capacity"} 1.0' in text, text
     assert 'tsdn_ledger_repairs_total{action="degraded",cause="capacity"} 1.0' in text
     assert 'tsdn_ledger_repairs_total{action="failed",cause="dtn_removed"} 0.0' in text
+
+
+def test_a_deadline_schedule_that_no_longer_fits_fails_rather_than_being_cut(state, tmp_path):
+    book = state.open()
+    now = state.clock.now()
+    scheduled = book.book_by_deadline(RUCIO, "dtn1", "dtn3", 50 * G * 600, now + 3600)  # 600 s at 100G
+    shrunk = Topology.load(topology_file(tmp_path, nic={"dtn1": "10G"}))  # every path from dtn1 shrinks
+
+    book = state.open(shrunk)
+    failed = book.get(RUCIO, scheduled.name)
+    assert failed.state is State.FAILED and "no other path carries its deadline schedule" in failed.reason
+    assert scheduled.id not in book.ledger
+    assert book.ledger.overbooked() == []

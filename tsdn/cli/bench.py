@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -125,14 +126,21 @@ def run_transfer(args: argparse.Namespace) -> int:
     return main(quick=args.quick, fdt_jar=args.fdt_jar)
 
 
-def _episodes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number of episodes, got {text!r}") from None
-    if value < 8:
-        raise argparse.ArgumentTypeError(f"at least 8 (one episode of each kind), got {value}")
-    return value
+def _whole(least: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `least` (`why`: the reason for that least)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"at least {least}{why}, got {value}")
+        return value
+    return parse
+
+
+_episodes = _whole(8, " (one episode of each kind)")
+_claims = _whole(1)
 
 
 def run_advisor(args: argparse.Namespace) -> int:
@@ -140,16 +148,6 @@ def run_advisor(args: argparse.Namespace) -> int:
     from benchmarks.advisor import main
 
     return main(quick=args.quick, seed=args.seed, episodes=args.episodes)
-
-
-def _claims(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1, got {value}")
-    return value
 
 
 def run_share(args: argparse.Namespace) -> int:
