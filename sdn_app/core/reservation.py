@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sdn_app.core.decisions import Decision, render
-from sdn_app.core.errors import PermissionDenied
+from sdn_app.core.errors import InvalidArgument, PermissionDenied
 from sdn_app.core.paths import Path, PathRequest, Route
 from sdn_app.core.plans import Step
+from sdn_app.core.units import MAX_BANDWIDTH, format_bandwidth
 
 MAX_PRIORITY = 1000  # the highest priority (elastic sharing weight) a principal or request may have
 _FINAL_STATES = frozenset({"RELEASED", "EXPIRED", "FAILED"})
@@ -244,3 +245,29 @@ def require_role(principal: Principal, what: str) -> None:
 def route_key(route: Route) -> tuple:
     """What identifies a route on the switches (free bandwidth aside)."""
     return route.primary.direction_ids, route.backup.direction_ids if route.backup else None
+
+
+def check_terms(principal: Principal, request: PathRequest, terms: Terms) -> int:
+    """The priority a request gets (the caller's when it names none), or InvalidArgument /
+    PermissionDenied naming the field that is wrong."""
+    priority = terms.priority or principal.priority
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= MAX_PRIORITY:
+        raise InvalidArgument(f"priority: a whole number from 1 to {MAX_PRIORITY}, got {priority!r}")
+    if priority > principal.priority:
+        raise PermissionDenied(f"priority: {priority} is above {principal.name}'s own priority {principal.priority}; "
+                               "a request may carry a lower priority, never a higher one")
+    ceiling = terms.ceiling
+    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not 0 <= ceiling <= MAX_BANDWIDTH:
+        raise InvalidArgument(f"ceiling_bps: whole bits/s up to {MAX_BANDWIDTH}, got {ceiling!r}")
+    if ceiling and ceiling < request.bandwidth:
+        raise InvalidArgument(f"ceiling_bps: {format_bandwidth(ceiling)} is below the floor (bandwidth_bps) "
+                              f"{format_bandwidth(request.bandwidth)}; an elastic request's floor must not be above "
+                              "its ceiling")
+    return priority
+
+
+def step_rate(schedule: tuple[ScheduleStep, ...], now: float) -> int:
+    """A schedule's rate at `now` (its first step's before it starts; 0 without a schedule)."""
+    if not schedule:
+        return 0
+    return next((s.bandwidth for s in schedule if s.start <= now < s.end), schedule[0].bandwidth)

@@ -14,6 +14,13 @@ reservations through the book; loading repairs what no longer fits the topology 
 Links: the adapter reports links going down and coming back (`set_link_state`); `link_repair`
 moves the reservations they affect, and retries DEGRADED ones whenever capacity returns.
 
+Booking terms (`Terms`): a request may be held (HELD until `commit`, `abort` or its hold times
+out in `tick`), provisioned by hand (`provision`, `unprovision`: the flows apart from the
+booking), carry a priority and be elastic. After every change that moves capacity the elastic
+shares are re-solved (`shares`), and the meters that moved are changed in place. A deadline
+transfer is booked as a stepped schedule (`book_by_deadline`, `schedules`), its meter following
+each step.
+
 Memory (`reservation_memory`): live reservations are held in memory; an ended one only for
 `keep_ended` seconds after it ended, then only in the store. `get` (and `request_id` retries)
 read a reservation no longer in memory from the store; `list` pages through the store itself, so
@@ -54,7 +61,6 @@ from sdn_app.core.rerouting.advisor import Health, RateAdvisor
 from sdn_app.core.rerouting.congestion import Condition
 from sdn_app.core.rerouting.rerouter import Fleet, Rerouter
 from sdn_app.core.reservation import (
-    MAX_PRIORITY,
     Availability,
     Change,
     Event,
@@ -68,8 +74,10 @@ from sdn_app.core.reservation import (
     ScheduleStep,
     State,
     Terms,
+    check_terms,
     require_role,
     route_key,
+    step_rate,
 )
 from sdn_app.core.reservation_memory import Memory, deadline
 from sdn_app.core.shares import DEFAULT_SHARE_STEP, Shares
@@ -84,9 +92,6 @@ MAX_LABELS = 32
 # Seconds an ended reservation stays in memory after it ended (`keep_ended`); then only the store
 # holds it. Memory at most: reservations ending per second x this x about 1.6 kB (the process's RSS).
 DEFAULT_KEEP_ENDED = 300.0
-SCHEDULE_CANDIDATES = 3  # paths a deadline schedule is planned on, the one finishing first booked
-SCHEDULE_GRACE = 0.1  # of a schedule's length: how long its last step is kept past its planned finish
-MIN_SCHEDULE_GRACE = 60.0  # seconds, at least (a transfer's start-up alone can take 10 s)
 DEFAULT_HOLD_TIMEOUT = 120.0  # seconds a two-phase hold waits for its commit (OpenNSA and SuPA: 120 s)
 
 
@@ -245,8 +250,8 @@ class ReservationBook:
             raise InvalidArgument(f"size_bytes: must be positive, got {size_bits!r}")
         if not math.isfinite(deadline) or deadline <= now:
             raise InvalidArgument(f"deadline: {format_time(deadline)} is not in the future")
-        schedule, route = self._schedule(src, dst, size_bits, now, deadline, policy)
-        schedule = self._with_grace(schedule, route, deadline)
+        schedule, route = self._plan_deadline(src, dst, size_bits, now, deadline, policy)
+        schedule = schedules.with_grace(self.ledger, schedule, route, deadline)
         request = PathRequest(src, dst, max(s.bandwidth for s in schedule), now, schedule[-1].end, policy)
         try:
             return self._admit(principal, request, labels, request_id, False, fingerprint,
@@ -263,51 +268,19 @@ class ReservationBook:
         if isinstance(size_bits, bool) or not isinstance(size_bits, int) or size_bits <= 0:
             raise InvalidArgument(f"size_bytes: must be positive, got {size_bits!r}")
         try:
-            return self._schedule(src, dst, size_bits, start, start + schedules.LOOKAHEAD - 1, policy)[0]
+            return self._plan_deadline(src, dst, size_bits, start, start + schedules.LOOKAHEAD - 1, policy)[0]
         except schedules.DeadlineMissed as missed:
             if missed.schedule:
                 return missed.schedule
             raise
 
-    def _with_grace(self, schedule: tuple[ScheduleStep, ...], route: Route,
-                    deadline: float) -> tuple[ScheduleStep, ...]:
-        """`schedule` with its last step kept on past its planned finish, by a tenth of its length
-        (at least `MIN_SCHEDULE_GRACE`), up to the deadline and as far as its path has room: a
-        transfer that starts late or runs a little slow still has its path when the plan ends."""
-        last = schedule[-1]
-        until = min(deadline, last.end + max(MIN_SCHEDULE_GRACE, SCHEDULE_GRACE * (last.end - schedule[0].start)))
-        if until <= last.end:
-            return schedule
-        end = last.end
-        for span in schedules.free_profile(self.ledger, route.primary.direction_ids, last.end, until, last.bandwidth):
-            if span.bandwidth < last.bandwidth:
-                break
-            end = span.end
-        return (*schedule[:-1], replace(last, end=end))
-
-    def _schedule(self, src: str, dst: str, size_bits: int, start: float, deadline: float,
-                  policy: str) -> tuple[tuple[ScheduleStep, ...], Route]:
-        """The best schedule among the candidate paths (the earliest finish, then the lowest peak),
-        and its route; `DeadlineMissed` (the one with the earliest finish) when none makes it."""
-        probe = PathRequest(src, dst, 1, start, deadline, policy)
+    def _plan_deadline(self, src: str, dst: str, size_bits: int, start: float, deadline: float,
+                       policy: str) -> tuple[tuple[ScheduleStep, ...], Route]:
+        """The best deadline schedule on the candidate paths, within what the DTNs' hosts carry."""
         cap = min([MAX_BANDWIDTH] + [limit.capacity_bps for dtn in (src, dst)
                                      if self.host_limits is not None and (limit := self.host_limits(dtn))])
-        best: tuple[tuple[float, int], tuple[ScheduleStep, ...], Route] | None = None
-        missed: list[schedules.DeadlineMissed] = []
-        for path in self.finder.alternatives(probe, SCHEDULE_CANDIDATES):
-            try:
-                schedule = schedules.plan_transfer(self.ledger, path.direction_ids, size_bits, start, deadline, cap)
-            except schedules.DeadlineMissed as refusal:
-                missed.append(refusal)
-                continue
-            score = (schedule[-1].end, max(s.bandwidth for s in schedule))
-            if best is None or score < best[0]:
-                best = (score, schedule, Route(path))
-        if best is not None:
-            return best[1], best[2]
-        if not missed:
-            raise NoCapacity(f"no path from {src} to {dst} has bandwidth free from {format_time(start)}")
-        raise min(missed, key=lambda m: m.earliest)
+        return schedules.plan_on_paths(self.finder, self.ledger, PathRequest(src, dst, 1, start, deadline, policy),
+                                       size_bits, cap)
 
     def _admit(self, principal: Principal, request: PathRequest, labels: Mapping[str, str] | None,
                request_id: str, validate_only: bool, fingerprint: str, terms: Terms,
@@ -333,7 +306,7 @@ class ReservationBook:
                 "use a new request_id for a new request"
             )
         now = self.clock.now()
-        priority = _check_terms(principal, request, terms)
+        priority = check_terms(principal, request, terms)
         if request.end <= now:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
         self._check_pair_free(request)
@@ -352,7 +325,7 @@ class ReservationBook:
                                   now, now, reason, request_id, labels, fingerprint,
                                   hold_until=now + self.hold_timeout if terms.hold else 0.0,
                                   provisioned=terms.provision, priority=priority, ceiling=terms.ceiling,
-                                  schedule=terms.schedule, rate=_step_rate(terms.schedule, now))
+                                  schedule=terms.schedule, rate=step_rate(terms.schedule, now))
         self.ledger.reserve(route.direction_ids, request.bandwidth, request.start, request.end,
                             booking_id=reservation.id, also=lambda db: self._insert_row(db, reservation),
                             **({"steps": [(s.start, s.end, s.bandwidth) for s in terms.schedule]}
@@ -595,7 +568,7 @@ class ReservationBook:
             raise InvalidArgument(f"ceiling_bps: {old.name} is guaranteed, not elastic")
         terms = Terms(priority=old.priority if priority is None else priority,
                       ceiling=old.ceiling if ceiling is None else ceiling)
-        _check_terms(principal, replace(old.request, bandwidth=old.request.bandwidth if bandwidth is None
+        check_terms(principal, replace(old.request, bandwidth=old.request.bandwidth if bandwidth is None
                                         else bandwidth), terms)
         changes = []
         if terms.priority != old.priority:
@@ -679,7 +652,7 @@ class ReservationBook:
             state, reason = self._started(old.provisioned)
         reason = f"committed by {principal.name}" + (f"; {reason}" if reason else "")
         new = replace(old, state=state, updated=now, reason=reason, hold_until=0.0,
-                      rate=_step_rate(old.schedule, now))
+                      rate=step_rate(old.schedule, now))
         self.ledger.write(lambda db: self._update_row(db, new))
         self._remember(new)
         return self._begin(State.HELD, new, f"{old.name} committed")
@@ -753,7 +726,7 @@ class ReservationBook:
                 old = self._reservations[old.id]
             if old.state is State.SCHEDULED and old.request.start <= now < old.request.end:
                 state, reason = self._started(old.provisioned)
-                new = replace(old, state=state, updated=now, reason=reason, rate=_step_rate(old.schedule, now))
+                new = replace(old, state=state, updated=now, reason=reason, rate=step_rate(old.schedule, now))
                 self.ledger.write(lambda db, new=new: self._update_row(db, new))
                 self._remember(new)
                 self._begin(State.SCHEDULED, new, f"{old.name}'s window started")
@@ -927,32 +900,6 @@ def _told(reason: str | Decision) -> tuple[Decision | None, str]:
     if isinstance(reason, Decision):
         return reason, render(reason)
     return None, reason
-
-
-def _check_terms(principal: Principal, request: PathRequest, terms: Terms) -> int:
-    """The priority a request gets (the caller's when it names none), or InvalidArgument /
-    PermissionDenied naming the field that is wrong."""
-    priority = terms.priority or principal.priority
-    if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= MAX_PRIORITY:
-        raise InvalidArgument(f"priority: a whole number from 1 to {MAX_PRIORITY}, got {priority!r}")
-    if priority > principal.priority:
-        raise PermissionDenied(f"priority: {priority} is above {principal.name}'s own priority {principal.priority}; "
-                               "a request may carry a lower priority, never a higher one")
-    ceiling = terms.ceiling
-    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not 0 <= ceiling <= MAX_BANDWIDTH:
-        raise InvalidArgument(f"ceiling_bps: whole bits/s up to {MAX_BANDWIDTH}, got {ceiling!r}")
-    if ceiling and ceiling < request.bandwidth:
-        raise InvalidArgument(f"ceiling_bps: {format_bandwidth(ceiling)} is below the floor (bandwidth_bps) "
-                              f"{format_bandwidth(request.bandwidth)}; an elastic request's floor must not be above "
-                              "its ceiling")
-    return priority
-
-
-def _step_rate(schedule: tuple[ScheduleStep, ...], now: float) -> int:
-    """A schedule's rate at `now` (its first step's before it starts; 0 without a schedule)."""
-    if not schedule:
-        return 0
-    return next((s.bandwidth for s in schedule if s.start <= now < s.end), schedule[0].bandwidth)
 
 
 def _check_labels(labels: Mapping[str, str]) -> Mapping[str, str]:

@@ -4,7 +4,9 @@ A data-management service asks for "these 40 TB at the other site by 06:00". `fr
 reads what the ledger leaves free on every direction of a path over time; `plan` turns that
 profile into a schedule of at most `max_steps` contiguous steps of constant bandwidth (the
 ledger books it as one stepped booking, `Ledger.reserve(steps=...)`), or refuses with
-`DeadlineMissed`, naming the earliest finish the path allows. `plan_transfer` does both.
+`DeadlineMissed`, naming the earliest finish the path allows. `plan_transfer` does both;
+`plan_on_paths` picks the best of a few candidate paths, and `with_grace` keeps the last step on
+a little past the planned finish.
 
 What a schedule is:
 - it runs from its start without a pause: every step's bandwidth is above 0 and within what is
@@ -35,10 +37,14 @@ from fractions import Fraction
 
 from sdn_app.core.errors import InvalidArgument, NoCapacity
 from sdn_app.core.ledger import Ledger
+from sdn_app.core.paths import PathFinder, PathRequest, Route
 from sdn_app.core.reservation import ScheduleStep
 from sdn_app.core.units import format_bandwidth, format_bytes, format_time
 
 LOOKAHEAD = 30 * 86400.0  # how far past the start a refusal looks for the earliest finish
+CANDIDATE_PATHS = 3  # paths a deadline schedule is planned on, the one finishing first booked
+GRACE = 0.1  # of a schedule's length: how long its last step is kept past its planned finish
+MIN_GRACE = 60.0  # seconds, at least (a transfer's start-up alone can take 10 s)
 MAX_PROFILE_STEPS = 200  # steps of the free profile planned over; more are coarsened to this
 
 
@@ -130,6 +136,47 @@ def plan_transfer(ledger: Ledger, directions: Sequence[str], size_bits: int, sta
     _validate(size_bits, start, deadline, max_steps)
     profile = free_profile(ledger, directions, start, max(deadline, start + LOOKAHEAD), cap, ignore)
     return plan(profile, size_bits, start, deadline, max_steps)
+
+
+def plan_on_paths(finder: PathFinder, ledger: Ledger, probe: PathRequest, size_bits: int,
+                  cap: int) -> tuple[tuple[ScheduleStep, ...], Route]:
+    """The best schedule for `size_bits` from `probe.src` to `probe.dst` between `probe.start` and
+    `probe.end` (the deadline) on the first `CANDIDATE_PATHS` candidate paths (the earliest finish,
+    then the lowest peak), and its route; `DeadlineMissed` (the one finishing first) when none
+    makes it."""
+    best: tuple[tuple[float, int], tuple[ScheduleStep, ...], Route] | None = None
+    missed: list[DeadlineMissed] = []
+    for path in finder.alternatives(probe, CANDIDATE_PATHS):
+        try:
+            schedule = plan_transfer(ledger, path.direction_ids, size_bits, probe.start, probe.end, cap)
+        except DeadlineMissed as refusal:
+            missed.append(refusal)
+            continue
+        score = (schedule[-1].end, max(s.bandwidth for s in schedule))
+        if best is None or score < best[0]:
+            best = (score, schedule, Route(path))
+    if best is not None:
+        return best[1], best[2]
+    if not missed:
+        raise NoCapacity(f"no path from {probe.src} to {probe.dst} has bandwidth free from {format_time(probe.start)}")
+    raise min(missed, key=lambda m: m.earliest)
+
+
+def with_grace(ledger: Ledger, schedule: tuple[ScheduleStep, ...], route: Route,
+               deadline: float) -> tuple[ScheduleStep, ...]:
+    """`schedule` with its last step kept on past its planned finish, by a tenth of its length (at
+    least `MIN_GRACE`), up to the deadline and as far as its path has room: a transfer that starts
+    late or runs a little slow still has its path when the plan ends."""
+    last = schedule[-1]
+    until = min(deadline, last.end + max(MIN_GRACE, GRACE * (last.end - schedule[0].start)))
+    if until <= last.end:
+        return schedule
+    end = last.end
+    for span in free_profile(ledger, route.primary.direction_ids, last.end, until, last.bandwidth):
+        if span.bandwidth < last.bandwidth:
+            break
+        end = span.end
+    return (*schedule[:-1], replace(last, end=end))
 
 
 def _validate(size_bits: int, start: float, deadline: float, max_steps: int) -> None:
