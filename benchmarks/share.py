@@ -12,7 +12,8 @@ guaranteed bookings the perturbations add).
 Then, again and again, one realistic perturbation and a re-solve: a claim added (its floor booked
 where it fits) or removed, a claim's priority changed, or a direction's spare capacity changed
 (guaranteed bookings on it arriving or ending). Each re-solve is `sharing.solve` over every
-claim; the meters it changes are `sharing.changed(previous shares, new shares, claims, 0.05)`.
+claim; the meters it changes are `sharing.changed(the meters, new shares, claims, 0.05, spare)`,
+and the meters then hold what the book would give them.
 Baseline, on the same perturbations in the same run: every claim gets its floor, no solver
 (what a controller without elastic sharing would meter), with its own meter changes counted the
 same way (a new claim's meter is one). On sc16, a few re-solves also go through
@@ -144,8 +145,9 @@ def run_network(network: Network, resolves: int, highs_samples: int) -> dict:
         began = time.perf_counter()
         new = solve(list(claims.values()), network.spare)
         times.append(time.perf_counter() - began)
-        moved.append(len(changed(shares, new, claims, STEP)))
-        shares = new
+        meters = changed(shares, new, claims, STEP, network.spare)  # as the book changes them
+        moved.append(len(meters))
+        shares = {c: meters.get(c, shares.get(c)) for c in new}
         began = time.perf_counter()
         new_floors = {c.id: c.floor for c in claims.values()}
         baseline_times.append(time.perf_counter() - began)
@@ -155,8 +157,8 @@ def run_network(network: Network, resolves: int, highs_samples: int) -> dict:
             began = time.perf_counter()
             by_highs = solve(list(claims.values()), network.spare, method="highs")
             highs_times.append(time.perf_counter() - began)
-            highs_diff = max(highs_diff, max(abs(by_highs[i] - shares[i]) for i in shares))
-    extras = [shares[c.id] - c.floor for c in network.claims.values()]
+            highs_diff = max(highs_diff, max(abs(by_highs[i] - new[i]) for i in new))
+    extras = [new[c.id] - c.floor for c in network.claims.values()]
     result = {
         "topology": network.label, "switches": len(network.topology.switches),
         "directions": len(network.topology.directions), "claims_at_start": at_start,

@@ -93,11 +93,26 @@ def test_changed_reports_moves_beyond_the_step_and_new_claims():
     claims = {c.id: c for c in (Claim("a", ("d",), 0, 100 * G, 1), Claim("b", ("d",), 0, 10 * G, 1),
                                 Claim("c", ("d",), 0, 10 * G, 1))}
     old = {"a": 50 * G, "b": 5 * G, "gone": 1 * G}
-    # a moves 5G (exactly 5% of 100G: not more), b moves 1G (10% of 10G), c is new.
+    # a grows 5G (exactly 5% of 100G: not more), b shrinks 1G (any shrink), c is new.
     new = {"a": 55 * G, "b": 4 * G, "c": 2 * G}
     assert changed(old, new, claims, 0.05) == {"b": 4 * G, "c": 2 * G}
+    # without the spare capacity, any shrink is a change; growth by no more than the step is not
+    assert changed({"a": 50 * G}, {"a": 50 * G - 1}, claims, 0.05) == {"a": 50 * G - 1}
+    assert changed({"a": 50 * G}, {"a": 51 * G}, claims, 0.05) == {}
     assert changed(old, new, list(claims.values()), 0.0) == new
     with pytest.raises(InvalidArgument, match=r"step: a share of the ceiling of at least 0, got -0\.1"):
         changed(old, new, claims, -0.1)
     with pytest.raises(InvalidArgument, match="claim 'x': has a new share but no claim"):
         changed(old, {"x": 1}, claims, 0.05)
+
+
+def test_a_shrink_is_a_change_only_where_a_direction_needs_it():
+    """b's share shrinks by 1G on a full direction (c arrived): rewritten; a's by 1G where there is
+    room: its meter stays, so meters and senders are not churned for nothing."""
+    claims = [Claim("a", ("x",), 0, 100 * G, 1), Claim("b", ("d",), 0, 100 * G, 1),
+              Claim("c", ("d",), 0, 100 * G, 1)]
+    old = {"a": 40 * G, "b": 50 * G}
+    new = {"a": 39 * G, "b": 49 * G, "c": 51 * G}
+    assert changed(old, new, claims, 0.05, {"x": 45 * G, "d": 100 * G}) == {"b": 49 * G, "c": 51 * G}
+    assert changed(old, new, claims, 0.05, {"x": 39 * G, "d": 100 * G}) == {"a": 39 * G, "b": 49 * G,
+                                                                           "c": 51 * G}

@@ -337,7 +337,7 @@ class ReservationBook:
         """Record a reservation that was just created, committed or provisioned (state and reason
         set), re-solve the elastic shares and install its flows when its window started. Elastic
         reservations that shrink for it are named in its own event: one announced decision."""
-        shares = self.shares.changes(self.shares.solve(self.clock.now()))  # a hold, too, takes capacity now
+        shares = self.shares.changes(self.clock.now())  # a hold, too, takes capacity now
         if reservation.id in shares:  # elastic: its flows start at its share
             reservation = replace(reservation, rate=shares.pop(reservation.id))
             self.ledger.write(lambda db: self._update_row(db, reservation))
@@ -364,7 +364,7 @@ class ReservationBook:
     def _reshare(self, cause: str) -> None:
         """Re-solve the elastic reservations' shares after `cause`, and change the meters that moved
         by more than the step."""
-        self._apply_shares(self.shares.changes(self.shares.solve(self.clock.now())), cause)
+        self._apply_shares(self.shares.changes(self.clock.now()), cause)
 
     def _apply_shares(self, shares: Mapping[str, int], cause: str) -> None:
         """Give each reservation in `shares` its new share: stored together, one event each, and its

@@ -52,29 +52,23 @@ class Shares:
                        if r.state in _SHARING and r.route is not None and r.request.start <= now),
                       key=lambda r: (r.created, r.id))
 
-    def solve(self, now: float) -> dict[str, int]:
-        """Every sharing reservation's share (bits/s) now."""
+    def changes(self, now: float) -> dict[str, int]:
+        """Re-solve the shares now; the new meters worth setting (`sharing.changed`): one below the
+        reservation's meter where a direction needs it, one above by more than the step, and the
+        first share of one that had none."""
         taking_part = self.sharing(now)
         if not taking_part:
             return {}
-        claims = [_claim(r) for r in taking_part]
-        directions = {d for c in claims for d in c.directions}
+        claims = {r.id: _claim(r) for r in taking_part}
+        directions = {d for c in claims.values() for d in c.directions}
         down = self.down_links()
         after = math.nextafter(now, math.inf)
         spare = {d: 0 if self.topology.directions[d].link in down
                  else self.ledger.capacities[d] - self.ledger.used(d, now, after)
                  for d in directions if d in self.ledger.capacities}
-        return sharing.solve(claims, spare, method=self.method)
-
-    def changes(self, shares: Mapping[str, int]) -> dict[str, int]:
-        """The shares worth a meter change: every share below the reservation's meter now (its
-        capacity is needed elsewhere: keeping the meter would put a link over capacity), a share
-        above it by more than the step, and the first share of one that had none."""
-        claims = {rid: _claim(self.live[rid]) for rid in shares}
-        current = {rid: self.live[rid].rate for rid in shares if self.live[rid].rate}
-        moved = sharing.changed(current, shares, claims, self.step)
-        moved.update({rid: share for rid, share in shares.items() if rid in current and share < current[rid]})
-        return moved
+        shares = sharing.solve(list(claims.values()), spare, method=self.method)
+        current = {r.id: r.rate for r in taking_part if r.rate}
+        return sharing.changed(current, shares, claims, self.step, spare)
 
 
 def _claim(r: Reservation) -> sharing.Claim:

@@ -109,23 +109,45 @@ def solve(claims: Sequence[Claim], spare: Mapping[str, int], *, method: str = "f
 
 
 def changed(old: Mapping[str, int], new: Mapping[str, int], claims: Mapping[str, Claim] | Sequence[Claim],
-            step: float) -> dict[str, int]:
-    """The shares of `new` that moved by more than `step` x the claim's ceiling from `old`, and
-    those with no share in `old`: the meters worth rewriting, by claim id.
+            step: float, spare: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The meters worth rewriting, by claim id, when the shares go from the meters `old` to `new`:
 
-    `claims` (by id, or a sequence) must hold every claim of `new`; `step` is at least 0.
+    - those with no meter in `old`, and those outside their claim's floor and ceiling now;
+    - every share above its meter by more than `step` x the claim's ceiling (smaller increases
+      would churn meters and senders for little);
+    - the shares below their meter where it is needed: on every direction whose extras (meters
+      minus floors) would otherwise add up to more than its `spare` capacity, every claim that
+      shrinks. Without `spare`, every share below its meter.
+
+    Keeping the rest of the meters as they are never puts a direction over its spare capacity
+    when `new` fits it. `claims` (by id, or a sequence) must hold every claim of `new`; `step` is
+    at least 0.
     """
     if not step >= 0:
         raise InvalidArgument(f"step: a share of the ceiling of at least 0, got {step!r}")
     by_id = claims if isinstance(claims, Mapping) else {c.id: c for c in claims}
     moved: dict[str, int] = {}
+    shrinking: list[str] = []
     for claim_id, share in new.items():
         claim = by_id.get(claim_id)
         if claim is None:
             raise InvalidArgument(f"claim {claim_id!r}: has a new share but no claim")
         before = old.get(claim_id)
-        if before is None or abs(share - before) > step * claim.ceiling:
+        if before is None or not claim.floor <= before <= claim.ceiling or share - before > step * claim.ceiling:
             moved[claim_id] = share
+        elif share < before:
+            shrinking.append(claim_id)
+    if spare is None:
+        moved.update((claim_id, new[claim_id]) for claim_id in shrinking)
+        return moved
+    load: dict[str, int] = {}
+    for claim_id in new:
+        claim = by_id[claim_id]
+        meter = moved.get(claim_id, old.get(claim_id, new[claim_id]))
+        for d in claim.directions:
+            load[d] = load.get(d, 0) + meter - claim.floor
+    over = {d for d, extra in load.items() if extra > max(spare.get(d, 0), 0)}
+    moved.update((claim_id, new[claim_id]) for claim_id in shrinking if over.intersection(by_id[claim_id].directions))
     return moved
 
 
