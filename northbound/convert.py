@@ -248,7 +248,10 @@ def decision_out(d: Decision) -> pb.Decision:
                                      for m in d.displaced],
                           relieves=d.relieves, barred_links=list(d.barred), refusal=d.refusal, link=d.link,
                           link_up=d.link_up, note=d.note, trigger=d.trigger,
-                          protection=_PROTECTION_ENUM[d.protection], verdict=d.verdict or "", cause=d.cause or "")
+                          protection=_PROTECTION_ENUM[d.protection], verdict=d.verdict or "", cause=d.cause or "",
+                          shares=[pb.ShareChange(reservation=c.reservation, before_bps=c.before_bps,
+                                                 after_bps=c.after_bps, floor_bps=c.floor_bps,
+                                                 ceiling_bps=c.ceiling_bps, priority=c.priority) for c in d.shares])
     if d.evidence is not None:
         e = d.evidence
         evidence = message.evidence
@@ -297,7 +300,9 @@ def decision_in(message: pb.Decision) -> Decision | None:
         tuple(decisions.Displacement(m.reservation, _taken_in(m.to)) for m in message.displaced), message.relieves,
         hold, tuple(message.barred_links), message.refusal, message.link, message.link_up, message.note,
         message.trigger, _PROTECTIONS.get(message.protection, decisions.Protection.NONE),
-        _taken_in(message.on) if message.HasField("on") else None)
+        _taken_in(message.on) if message.HasField("on") else None,
+        tuple(decisions.ShareChange(c.reservation, c.before_bps, c.after_bps, c.floor_bps, c.ceiling_bps, c.priority)
+              for c in message.shares))
 
 
 def _direction_out(book: ReservationBook, d: LinkDirection) -> topo_pb.LinkDirection:

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from northbound import convert
+from sdn_app.core import decisions
 from sdn_app.core.clock import FakeClock
+from sdn_app.core.decisions import Kind, render
 from sdn_app.core.errors import InvalidArgument, NoCapacity, PermissionDenied
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
@@ -71,9 +74,19 @@ def test_a_guaranteed_request_shrinks_them_and_names_who_and_by_how_much(env):
     assert f"{a.name} 30G -> 20G" in g.reason and f"{b.name} 70G -> 40G" in g.reason
     assert (env.share(a), env.share(b)) == (20 * G, 40 * G)
     assert (env.meter(a), env.meter(b)) == (20 * G, 40 * G)
-    shrunk = [e for e in env.book.take_events() if e.reservation.id in (a.id, b.id)]
+    events = env.book.take_events()
+    # typed: the admission names who shrank and by how much; each shrink is its own decision
+    [admitted] = [e.decision for e in events if e.reservation.id == g.id and e.decision is not None]
+    assert admitted.kind is Kind.ADMITTED and [(c.reservation, c.before_bps, c.after_bps) for c in admitted.shares] \
+        == sorted([(a.name, 30 * G, 20 * G), (b.name, 70 * G, 40 * G)])
+    shrunk = [e for e in events if e.reservation.id in (a.id, b.id)]
     assert {e.reservation.id for e in shrunk} == {a.id, b.id}
+    assert all(e.decision.kind is Kind.SHARED and e.decision.trigger == f"{g.name} admitted" for e in shrunk)
     assert all(f"re-solved after {g.name} admitted" in e.reason for e in shrunk)
+    for decision in (admitted, shrunk[0].decision):  # kept whole through the JSON rows and the API
+        assert decisions.from_dict(decisions.to_dict(decision)) == decision
+        assert convert.decision_in(convert.decision_out(decision)) == decision
+        assert render(decision) in (g.reason, shrunk[0].reason)
     # at the floors only 80G is left: more is refused at the bottleneck, and nothing changes
     with pytest.raises(NoCapacity, match=BOTTLENECK):
         env.book.create(LOW, PathRequest("dtn5", "dtn2", 41 * G, now, now + 3600))

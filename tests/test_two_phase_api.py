@@ -4,6 +4,7 @@ the live map in a real headless Chromium, against a real controller on loopback.
 from __future__ import annotations
 
 import json
+import urllib.request
 from datetime import datetime
 
 import grpc
@@ -77,6 +78,14 @@ def test_priorities_and_elastic_terms_over_grpc(prioritised):
     assert (elastic.priority, elastic.ceiling_bps, elastic.share_bps) == (5, 200 * G, 200 * G)
     lower = dmm.modify_reservation(elastic.name, priority=2)
     assert lower.priority == 2
+    # a guaranteed one takes 250G of the DTN's 400G: the elastic one (10G-200G) shrinks, typed and counted
+    rucio.create_reservation("caltech-a-dtn1", "starlight-dtn1", 250 * G)
+    shrunk = dmm.get_reservation(elastic.name)
+    assert shrunk.share_bps == 150 * G
+    [decision] = [h.decision for h in shrunk.history if h.decision.kind == pb.DECISION_SHARED]
+    assert (decision.shares[0].before_bps, decision.shares[0].after_bps) == (200 * G, 150 * G)
+    metrics = urllib.request.urlopen(f"http://{prioritised.http_address}/metrics", timeout=10).read().decode()
+    assert 'tsdn_share_changes_total{direction="shrank"} 1.0' in metrics
     with pytest.raises(ApiError) as raised:
         dmm.modify_reservation(elastic.name, priority=6)
     assert raised.value.code is grpc.StatusCode.PERMISSION_DENIED

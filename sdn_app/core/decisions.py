@@ -44,6 +44,8 @@ class Kind(StrEnum):
     LINK = "link"  # moved because a link went down (or came back)
     DEGRADED = "degraded"  # a link went down and no alternate path fits
     REROUTED = "rerouted"  # moved for another reason: capacity came back, a repair at start-up
+    SHARED = "shared"  # an elastic reservation's share re-solved: its meter changes
+    ADMITTED = "admitted"  # admitted (or committed) with elastic reservations shrunk to make room
 
 
 class Why(StrEnum):
@@ -189,6 +191,22 @@ class Displacement:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareChange:
+    """An elastic reservation's share going from `before_bps` to `after_bps`, with its terms."""
+
+    reservation: str  # its name, reservations/{id}
+    before_bps: int
+    after_bps: int
+    floor_bps: int
+    ceiling_bps: int
+    priority: int
+
+    def describe(self) -> str:
+        """"reservations/... 70G -> 40G"."""
+        return f"{self.reservation} {format_bandwidth(self.before_bps)} -> {format_bandwidth(self.after_bps)}"
+
+
+@dataclass(frozen=True, slots=True)
 class Hold:
     """Why the stability rules keep a reservation where it is: its last move and the policy."""
 
@@ -207,7 +225,9 @@ class Decision:
     `displaced`, `to` (where the relieved one goes last); RELIEVED `evidence`, `to`; DISPLACED
     `relieves`, `to`; NOT_MOVED `why`, `evidence`, and `hold` (HELD, BUDGET) or `barred` and
     `refusal` (NO_ROOM); LINK `link`, `link_up`, `note`, `to`; DEGRADED the link (or `trigger`),
-    `protection`, `on` (the path traffic is left on) and `refusal`; REROUTED `trigger`, `to`.
+    `protection`, `on` (the path traffic is left on) and `refusal`; REROUTED `trigger`, `to`;
+    SHARED `shares` (its own change) and `trigger` (what the re-solve followed); ADMITTED `shares`
+    (the elastic reservations that shrank) and `trigger` (the reason the admission had without them).
     """
 
     kind: Kind
@@ -226,6 +246,7 @@ class Decision:
     trigger: str = ""  # REROUTED, DEGRADED without a link: what called for it, e.g. "reservations/... released"
     protection: Protection = Protection.NONE
     on: PathTaken | None = None  # DEGRADED with protection: the path traffic stays on or fails over to
+    shares: tuple[ShareChange, ...] = ()  # SHARED: its own; ADMITTED: those that shrank for it
 
     @property
     def verdict(self) -> str | None:
@@ -262,6 +283,14 @@ def render(decision: Decision) -> str:
         return _not_moved(d, evidence)
     if kind is Kind.LINK or kind is Kind.REROUTED:
         return f"{_trigger(d)}: moving to {to}"
+    if kind is Kind.SHARED:
+        c = d.shares[0]
+        return (f"share {format_bandwidth(c.before_bps)} -> {format_bandwidth(c.after_bps)} (floor "
+                f"{format_bandwidth(c.floor_bps)}, ceiling {format_bandwidth(c.ceiling_bps)}, priority {c.priority}): "
+                f"re-solved after {d.trigger}")
+    if kind is Kind.ADMITTED:
+        shrank = "elastic reservations shrank to make room: " + ", ".join(c.describe() for c in d.shares)
+        return f"{d.trigger}; {shrank}" if d.trigger else shrank
     if kind is Kind.DEGRADED:
         on = d.on.describe() if d.on is not None else ""
         if d.protection is Protection.STAYS:
@@ -347,6 +376,10 @@ def to_dict(decision: Decision) -> dict[str, Any]:
         data["protection"] = d.protection.value
     if d.on is not None:
         data["on"] = _path_dict(d.on)
+    if d.shares:
+        data["shares"] = [{"reservation": c.reservation, "before_bps": c.before_bps, "after_bps": c.after_bps,
+                           "floor_bps": c.floor_bps, "ceiling_bps": c.ceiling_bps, "priority": c.priority}
+                          for c in d.shares]
     return data
 
 
@@ -375,5 +408,7 @@ def from_dict(data: dict[str, Any]) -> Decision:
         tuple(Displacement(m["reservation"], _path_from(m["to"])) for m in data.get("displaced") or ()),
         data.get("relieves", ""), hold, tuple(data.get("barred") or ()), data.get("refusal", ""),
         data.get("link", ""), bool(data.get("link_up", False)), data.get("note", ""), data.get("trigger", ""),
-        Protection(data.get("protection", "")), _path_from(data["on"]) if data.get("on") else None)
+        Protection(data.get("protection", "")), _path_from(data["on"]) if data.get("on") else None,
+        tuple(ShareChange(str(c["reservation"]), int(c["before_bps"]), int(c["after_bps"]), int(c["floor_bps"]),
+                          int(c["ceiling_bps"]), int(c["priority"])) for c in data.get("shares") or ()))
 

@@ -43,7 +43,7 @@ from types import MappingProxyType
 from sdn_app.core import reservation_store as store
 from sdn_app.core import schedules, validation
 from sdn_app.core.clock import Clock
-from sdn_app.core.decisions import Decision, Trigger, render
+from sdn_app.core.decisions import Decision, Kind, ShareChange, Trigger, render
 from sdn_app.core.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -342,20 +342,18 @@ class ReservationBook:
             reservation = replace(reservation, rate=shares.pop(reservation.id))
             self.ledger.write(lambda db: self._update_row(db, reservation))
             self._remember(reservation)
-        shrunk = [(self._live[rid], share) for rid, share in sorted(shares.items())
-                  if share < self._live[rid].meter_bps]
-        if shrunk:
-            reservation = replace(reservation, reason=(reservation.reason + "; " if reservation.reason else "")
-                                  + "elastic reservations shrank to make room: "
-                                  + ", ".join(f"{r.name} {format_bandwidth(r.meter_bps)} -> {format_bandwidth(s)}"
-                                              for r, s in shrunk))
+        shrunk = tuple(_share_change(self._live[rid], share) for rid, share in sorted(shares.items())
+                       if share < self._live[rid].meter_bps)
+        decision = Decision(Kind.ADMITTED, trigger=reservation.reason, shares=shrunk) if shrunk else None
+        if decision is not None:
+            reservation = replace(reservation, reason=render(decision), decision=decision)
             self.ledger.write(lambda db: self._update_row(db, reservation))
             self._remember(reservation)
         if reservation.state is State.ACTIVE:  # ledger only: confirmed at once
             self._record(previous, replace(reservation, state=State.PROVISIONING, reason="window started"))
-            self._record(State.PROVISIONING, reservation)
+            self._record(State.PROVISIONING, reservation, decision)
         else:
-            self._record(previous, reservation)
+            self._record(previous, reservation, decision)
         self._apply_shares(shares, cause)  # shrunk meters first, then the new flows go in
         if reservation.state is State.PROVISIONING:
             self.installs.install(reservation)
@@ -375,10 +373,8 @@ class ReservationBook:
         changed = []
         for rid, share in sorted(shares.items()):
             old = self._live[rid]
-            changed.append((old, replace(old, rate=share, updated=now, reason=(
-                f"share {format_bandwidth(old.meter_bps)} -> {format_bandwidth(share)} (floor "
-                f"{format_bandwidth(old.request.bandwidth)}, ceiling {format_bandwidth(old.ceiling)}, priority "
-                f"{old.priority}): re-solved after {cause}"))))
+            decision = Decision(Kind.SHARED, trigger=cause, shares=(_share_change(old, share),))
+            changed.append((old, replace(old, rate=share, updated=now, reason=render(decision), decision=decision)))
 
         def write_all(db: sqlite3.Connection) -> None:
             for _, new in changed:
@@ -386,7 +382,7 @@ class ReservationBook:
         self.ledger.write(write_all)
         for old, new in changed:
             self._remember(new)
-            self._record(old.state, new)
+            self._record(old.state, new, new.decision)
             if new.id in self.installs:
                 self.installs.resize(new)
 
@@ -900,6 +896,11 @@ def _told(reason: str | Decision) -> tuple[Decision | None, str]:
     if isinstance(reason, Decision):
         return reason, render(reason)
     return None, reason
+
+
+def _share_change(r: Reservation, share: int) -> ShareChange:
+    """An elastic reservation's meter going to `share`, with its terms."""
+    return ShareChange(r.name, r.meter_bps, share, r.request.bandwidth, r.ceiling, r.priority)
 
 
 def _check_labels(labels: Mapping[str, str]) -> Mapping[str, str]:

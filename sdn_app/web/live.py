@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from sdn_app.core.decisions import to_dict
+from sdn_app.core.decisions import Kind, to_dict
 from sdn_app.core.rerouting.congestion import Condition
 from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
 from sdn_app.core.topology import Topology
@@ -104,6 +104,8 @@ def event_verb(event: Event) -> str:
         return "created"
     if reroute_cause(event) is not None:
         return "moving" if state is State.MOVING else "rerouted"
+    if event.decision is not None and event.decision.kind is Kind.SHARED:
+        return "reshared"
     if state is State.ACTIVE and event.previous is State.MOVING:
         return "moved"
     if state is State.ACTIVE and event.previous is State.DEGRADED:

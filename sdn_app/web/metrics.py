@@ -105,6 +105,11 @@ class ControllerMetrics:
         self._repairs_seen: dict[tuple[str, str], int] = {}
         for cause, action in LEDGER_REPAIRS:
             self.ledger_repairs.labels(cause, action)
+        self.share_changes = Counter("tsdn_share_changes",
+                                     "Elastic reservations' meters changed by a re-solve of the shares, by direction "
+                                     "(grew or shrank)", ("direction",), registry=r)
+        for direction in ("grew", "shrank"):
+            self.share_changes.labels(direction)
         self.throughput = Gauge("tsdn_throughput_bits_per_second",
                                 "Nominal bits/s delivered to DTNs (aggregate throughput)", registry=r)
         for state in State:
@@ -125,6 +130,9 @@ class ControllerMetrics:
                 self.reroutes.labels(cause).inc()
             if (kind := verdict(event)) is not None:
                 self.decisions.labels(kind).inc()
+            if event.decision is not None and event.decision.kind is decisions.Kind.SHARED:
+                change = event.decision.shares[0]
+                self.share_changes.labels("grew" if change.after_bps > change.before_bps else "shrank").inc()
             if event.reservation.state is State.ACTIVE and event.previous is State.PROVISIONING:
                 self.setup.observe(max(0.0, event.time - event.reservation.created))
 

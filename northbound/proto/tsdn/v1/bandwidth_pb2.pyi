@@ -42,6 +42,8 @@ class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_LINK: _ClassVar[DecisionKind]
     DECISION_DEGRADED: _ClassVar[DecisionKind]
     DECISION_REROUTED: _ClassVar[DecisionKind]
+    DECISION_SHARED: _ClassVar[DecisionKind]
+    DECISION_ADMITTED: _ClassVar[DecisionKind]
 
 class NotMovedReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -81,6 +83,8 @@ DECISION_NOT_MOVED: DecisionKind
 DECISION_LINK: DecisionKind
 DECISION_DEGRADED: DecisionKind
 DECISION_REROUTED: DecisionKind
+DECISION_SHARED: DecisionKind
+DECISION_ADMITTED: DecisionKind
 NOT_MOVED_REASON_UNSPECIFIED: NotMovedReason
 NOT_MOVED_HOSTS: NotMovedReason
 NOT_MOVED_HELD: NotMovedReason
@@ -216,7 +220,7 @@ class ReservationHistory(_message.Message):
     def __init__(self, time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., reason: _Optional[str] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("kind", "why", "evidence", "to", "headroom_bps", "displaced", "relieves", "hold", "barred_links", "refusal", "link", "link_up", "note", "trigger", "protection", "on", "verdict", "cause")
+    __slots__ = ("kind", "why", "evidence", "to", "headroom_bps", "displaced", "relieves", "hold", "barred_links", "refusal", "link", "link_up", "note", "trigger", "protection", "on", "verdict", "cause", "shares")
     KIND_FIELD_NUMBER: _ClassVar[int]
     WHY_FIELD_NUMBER: _ClassVar[int]
     EVIDENCE_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +239,7 @@ class Decision(_message.Message):
     ON_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     CAUSE_FIELD_NUMBER: _ClassVar[int]
+    SHARES_FIELD_NUMBER: _ClassVar[int]
     kind: DecisionKind
     why: NotMovedReason
     evidence: Evidence
@@ -253,7 +258,24 @@ class Decision(_message.Message):
     on: PathTaken
     verdict: str
     cause: str
-    def __init__(self, kind: _Optional[_Union[DecisionKind, str]] = ..., why: _Optional[_Union[NotMovedReason, str]] = ..., evidence: _Optional[_Union[Evidence, _Mapping]] = ..., to: _Optional[_Union[PathTaken, _Mapping]] = ..., headroom_bps: _Optional[int] = ..., displaced: _Optional[_Iterable[_Union[Displacement, _Mapping]]] = ..., relieves: _Optional[str] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ..., barred_links: _Optional[_Iterable[str]] = ..., refusal: _Optional[str] = ..., link: _Optional[str] = ..., link_up: _Optional[bool] = ..., note: _Optional[str] = ..., trigger: _Optional[str] = ..., protection: _Optional[_Union[Protection, str]] = ..., on: _Optional[_Union[PathTaken, _Mapping]] = ..., verdict: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
+    shares: _containers.RepeatedCompositeFieldContainer[ShareChange]
+    def __init__(self, kind: _Optional[_Union[DecisionKind, str]] = ..., why: _Optional[_Union[NotMovedReason, str]] = ..., evidence: _Optional[_Union[Evidence, _Mapping]] = ..., to: _Optional[_Union[PathTaken, _Mapping]] = ..., headroom_bps: _Optional[int] = ..., displaced: _Optional[_Iterable[_Union[Displacement, _Mapping]]] = ..., relieves: _Optional[str] = ..., hold: _Optional[_Union[Hold, _Mapping]] = ..., barred_links: _Optional[_Iterable[str]] = ..., refusal: _Optional[str] = ..., link: _Optional[str] = ..., link_up: _Optional[bool] = ..., note: _Optional[str] = ..., trigger: _Optional[str] = ..., protection: _Optional[_Union[Protection, str]] = ..., on: _Optional[_Union[PathTaken, _Mapping]] = ..., verdict: _Optional[str] = ..., cause: _Optional[str] = ..., shares: _Optional[_Iterable[_Union[ShareChange, _Mapping]]] = ...) -> None: ...
+
+class ShareChange(_message.Message):
+    __slots__ = ("reservation", "before_bps", "after_bps", "floor_bps", "ceiling_bps", "priority")
+    RESERVATION_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_BPS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_BPS_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_BPS_FIELD_NUMBER: _ClassVar[int]
+    CEILING_BPS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    reservation: str
+    before_bps: int
+    after_bps: int
+    floor_bps: int
+    ceiling_bps: int
+    priority: int
+    def __init__(self, reservation: _Optional[str] = ..., before_bps: _Optional[int] = ..., after_bps: _Optional[int] = ..., floor_bps: _Optional[int] = ..., ceiling_bps: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class Evidence(_message.Message):
     __slots__ = ("achieved_bps", "booked_bps", "reports", "congested", "busiest", "unmeasured", "retransmits", "rtt_ms", "sender_cpu_percent")
