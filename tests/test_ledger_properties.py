@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -135,22 +136,28 @@ class LedgerMachine(RuleBasedStateMachine):
         start = max(0, int(self.clock.now()) + offset)
         end = start + length
         booking = Booking(booking_id, bandwidth, start, end, unique(directions), meta)
-        if booking_id in self.model:
+        self.attempt(booking, lambda: self.ledger.reserve(directions, bandwidth, start, end, booking_id=booking_id,
+                                                          meta=meta), "reserve")
+
+    def attempt(self, booking: Booking, reserve: Callable[[], Booking], what: str) -> None:
+        """Book `booking` with `reserve`: admitted exactly when brute force says it fits, and a
+        refusal changes nothing."""
+        if booking.id in self.model:
             expected = (AlreadyExists, None, None)
         else:
             expected = self.expected_error(booking, ignore=None)
         before = self.snapshot()
         try:
-            got = self.ledger.reserve(directions, bandwidth, start, end, booking_id=booking_id, meta=meta)
+            got = reserve()
         except (AlreadyExists, InvalidArgument, NoCapacity) as error:
-            event(f"reserve refused: {type(error).__name__}")
+            event(f"{what} refused: {type(error).__name__}")
             self.check_refusal(error, expected, booking, ignore=None)
             assert self.snapshot() == before
             return
         assert expected[0] is None, f"admitted, but brute force expected {expected}"
-        event("reserve admitted")
+        event(f"{what} admitted")
         assert got == booking
-        self.model[booking_id] = booking
+        self.model[booking.id] = booking
 
     @rule(booking_id=st.sampled_from(IDS), offset=OFFSETS, count=st.integers(1, 3), data=st.data(),
           steps=st.lists(st.tuples(st.integers(1, 6), st.integers(1, 40)), min_size=1, max_size=4),
@@ -168,19 +175,8 @@ class LedgerMachine(RuleBasedStateMachine):
             profile[-1] = profile[-1]._replace(end=math.inf)
         booking = Booking(booking_id, max(bw for _, bw in steps), profile[0].start, profile[-1].end,
                           unique(directions), {}, tuple(profile))
-        expected = (AlreadyExists, None, None) if booking_id in self.model else self.expected_error(booking, None)
-        before = self.snapshot()
-        try:
-            got = self.ledger.reserve(directions, None, None, None, booking_id=booking_id, steps=profile)
-        except (AlreadyExists, InvalidArgument, NoCapacity) as error:
-            event(f"stepped reserve refused: {type(error).__name__}")
-            self.check_refusal(error, expected, booking, ignore=None)
-            assert self.snapshot() == before
-            return
-        assert expected[0] is None, f"admitted, but brute force expected {expected}"
-        event("stepped reserve admitted")
-        assert got == booking
-        self.model[booking_id] = booking
+        self.attempt(booking, lambda: self.ledger.reserve(directions, None, None, None, booking_id=booking_id,
+                                                          steps=profile), "stepped reserve")
 
     @rule(data=st.data(), bandwidth=st.one_of(st.none(), BANDWIDTHS),
           length=st.one_of(st.none(), LENGTHS), count=st.one_of(st.none(), DIRECTION_COUNTS))
