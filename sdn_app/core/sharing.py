@@ -306,7 +306,7 @@ class _ClosedFormLevel:
         return float(((r.spare[crossed] - r.frozen_load[crossed]) / r.live_weight[crossed]).min())
 
     def froze(self, claims: np.ndarray) -> None:
-        pass
+        """Nothing to keep: each level is computed afresh from the rounds' loads."""
 
 
 class _QuietHighs(highspy.Highs):
