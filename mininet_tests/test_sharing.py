@@ -1,7 +1,8 @@
 """Elastic reservations share a link by priority on real Open vSwitch: the meters follow every
 re-solve, measured with real iperf3 (UDP offered above every ceiling, so the meter alone sets what
 arrives). Two elastic reservations share s1->s2 1:3; a guaranteed one arrives on the same link and
-they shrink to make room; it leaves and they grow back."""
+they shrink to make room; it leaves and they grow back. The same with two elastic transfers run by
+DTN agents: their senders are repaced to each new share (PACE jobs), and their rates follow."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import pytest
 
 from benchmarks.report import free_port
 from mininet_tests.conftest import ALL_RING8_SWITCHES
-from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges, tsdn
+from mininet_tests.controlled import DEADLINE, SCALE, TOKEN, ControllerProcess, cli_env, connected_bridges, tsdn
+from mininet_tests.test_transfer import Watch, start_agent
 from mininet_tests.traffic import start_iperf3
+from northbound.client import TsdnClient
+from northbound.proto.tsdn.v1 import agent_pb2
 from tests.waiting import wait_for
 
 G = 10**9
@@ -97,3 +101,63 @@ def test_elastic_shares_follow_a_guaranteed_arrival_and_departure(prioritised):
     assert (share(env, a["id"]), share(env, b["id"])) == (30 * G, 70 * G)
     meters_at(net, {"s1": 30 * G, "s8": 70 * G})
     check(measured(net, flows), {a["id"]: 30 * G, b["id"]: 70 * G})
+
+
+SENDERS, RECEIVERS = ("dtn1", "dtn8"), ("dtn3", "dtn2")
+
+
+@pytest.fixture
+def agents(network, tmp_path):
+    """ring8 under a controller whose service has priority 5, agents in the senders' and receivers' hosts."""
+    controller = ControllerProcess(tmp_path, free_port(), agents=SENDERS + RECEIVERS, priority=5)
+    processes = []
+    try:
+        address = controller.start()
+        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port))
+        wait_for(lambda: connected_bridges() >= ALL_RING8_SWITCHES, "all 8 switches to connect", DEADLINE)
+        processes.extend(start_agent(net, controller, dtn) for dtn in SENDERS + RECEIVERS)
+        with TsdnClient(address, token=TOKEN) as client:
+            wait_for(lambda: {a.dtn for a in client.list_agents() if a.state == agent_pb2.ONLINE}
+                     >= set(SENDERS + RECEIVERS), "the agents to register", DEADLINE)
+            yield client
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(10)
+        controller.stop()
+
+
+def settled(watch: Watch, share_bps: int, since: int) -> bool:
+    """Whether the sender's last 3 reports after report `since` are within 10 % of `share_bps`
+    (nominal): paced at 95 % of it, what the meter passes."""
+    rates = watch.rates()[since:][-3:]
+    return len(rates) == 3 and all(abs(t.nominal_bps - share_bps) <= 0.1 * share_bps for t in rates)
+
+
+def test_elastic_transfers_are_repaced_to_their_shares(agents):
+    client = agents
+    big = 2 * 10**9  # bytes: more than the test lasts at these rates; cancelled at the end
+    a = client.start_transfer("dtn1", "dtn3", 10 * G, size=big, ceiling_bps=80 * G, priority=1)
+    b = client.start_transfer("dtn8", "dtn2", 10 * G, size=big, ceiling_bps=80 * G, priority=3)
+    watches = {a.name: Watch(client, a.name), b.name: Watch(client, b.name)}
+    try:
+        for name, share_bps in ((a.name, 30 * G), (b.name, 70 * G)):
+            wait_for(lambda name=name, share_bps=share_bps: settled(watches[name], share_bps, 0),
+                     f"{name} at its 1:3 share {share_bps / G:g}G", 60, interval=0.5)
+        seen = {name: len(w.rates()) for name, w in watches.items()}
+
+        guaranteed = client.create_reservation("dtn7", "dtn2", 40 * G)
+        for name, share_bps in ((a.name, 20 * G), (b.name, 40 * G)):
+            wait_for(lambda name=name, share_bps=share_bps: settled(watches[name], share_bps, seen[name]),
+                     f"{name} repaced to {share_bps / G:g}G", 60, interval=0.5)
+            assert any(r.startswith("pacing ") and "the meter changed (share " in r
+                       for r in watches[name].reasons()), watches[name].reasons()
+        seen = {name: len(w.rates()) for name, w in watches.items()}
+
+        client.delete_reservation(guaranteed.name)
+        for name, share_bps in ((a.name, 30 * G), (b.name, 70 * G)):
+            wait_for(lambda name=name, share_bps=share_bps: settled(watches[name], share_bps, seen[name]),
+                     f"{name} back at {share_bps / G:g}G", 60, interval=0.5)
+    finally:
+        for transfer in (a, b):
+            client.cancel_transfer(transfer.name)
