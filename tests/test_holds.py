@@ -258,3 +258,16 @@ def test_the_grace_after_a_schedule_stops_at_the_deadline_and_at_the_next_bookin
     env.book.create(FTS, PathRequest("dtn1", "dtn4", 60 * G, now + 1230, now + 7200))  # dtn1's access link
     blocked = env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", size, now + 3600)
     assert blocked.schedule[-1].end - now == 1230 and blocked.schedule[-1].bandwidth == 100 * G
+
+
+def test_a_scheduled_reservation_moves_off_a_failed_link_with_its_steps(env):
+    now = env.clock.now()
+    r = env.book.book_by_deadline(RUCIO, "dtn1", "dtn3", 50 * G * 600, now + 3600)
+    env.book.provisioned(r.id, None)
+    env.book.set_link_state("s1-s2", up=False)
+    moved = env.book.get(RUCIO, r.name)
+    assert moved.state is State.MOVING and "s1-s2" not in moved.route.primary.links
+    booking = env.ledger.get(r.id)
+    assert booking.directions == moved.route.direction_ids
+    assert [(s.start, s.end, s.bandwidth) for s in booking.steps] == [(s.start, s.end, s.bandwidth)
+                                                                     for s in r.schedule]

@@ -125,12 +125,6 @@ class Reservation:
         """The rate its meter allows now (and its sender is paced to)."""
         return self.rate or self.request.bandwidth
 
-    def step_at(self, when: float) -> ScheduleStep | None:
-        """The step of its schedule at `when` (None: no schedule, or outside it)."""
-        for step in self.schedule:
-            if step.start <= when < step.end:
-                return step
-        return None
 
 
 @dataclass(frozen=True)
@@ -266,8 +260,13 @@ def check_terms(principal: Principal, request: PathRequest, terms: Terms) -> int
     return priority
 
 
+def step_at(schedule: tuple[ScheduleStep, ...], when: float) -> ScheduleStep | None:
+    """The step of `schedule` at `when` (None: no schedule, or outside it)."""
+    return next((s for s in schedule if s.start <= when < s.end), None)
+
+
 def step_rate(schedule: tuple[ScheduleStep, ...], now: float) -> int:
     """A schedule's rate at `now` (its first step's before it starts; 0 without a schedule)."""
     if not schedule:
         return 0
-    return next((s.bandwidth for s in schedule if s.start <= now < s.end), schedule[0].bandwidth)
+    return (step_at(schedule, now) or schedule[0]).bandwidth

@@ -28,6 +28,7 @@ class Memory:
         self.live: dict[str, Reservation] = {}  # not final: what ticks and deadlines look at
         self.degraded: set[str] = set()
         self.elastic: set[str] = set()  # live elastic ones: what a re-solve of the shares looks at
+        self.scheduled: set[str] = set()  # live ones with a deadline schedule: their steps follow the clock
         self._by_request: dict[tuple[str, str], str] = {}
         self._by_pair: dict[tuple[str, str], set[str]] = {}  # (src, dst) -> live reservations
         self._deadlines: list[tuple[float, str]] = []  # heap of (window start or end, id); stale entries skipped
@@ -62,10 +63,11 @@ class Memory:
             self.degraded.add(reservation.id)
         else:
             self.degraded.discard(reservation.id)
-        if reservation.elastic and not reservation.state.is_final:
-            self.elastic.add(reservation.id)
-        else:
-            self.elastic.discard(reservation.id)
+        for index, member in ((self.elastic, reservation.elastic), (self.scheduled, bool(reservation.schedule))):
+            if member and not reservation.state.is_final:
+                index.add(reservation.id)
+            else:
+                index.discard(reservation.id)
         if reservation.request_id:
             self._by_request[(reservation.owner, reservation.request_id)] = reservation.id
 

@@ -77,6 +77,7 @@ from sdn_app.core.reservation import (
     check_terms,
     require_role,
     route_key,
+    step_at,
     step_rate,
 )
 from sdn_app.core.reservation_memory import Memory, deadline
@@ -519,9 +520,8 @@ class ReservationBook:
         state = State.MOVING if installed else old.state
         decision, text = _told(reason)
         new = replace(old, request=request, route=route, state=state, updated=now, reason=text, decision=decision)
-        self.ledger.modify(old.id, bandwidth=request.bandwidth if request.bandwidth != old.request.bandwidth else None,
-                           end=request.end if request.end != old.request.end else None,
-                           directions=route.direction_ids, also=lambda db: self._update_row(db, new))
+        self.ledger.modify(old.id, bandwidth=request.bandwidth, end=request.end, directions=route.direction_ids,
+                           also=lambda db: self._update_row(db, new))
         self._remember(new)
         self._record(old.state, new, decision)
         if installed:
@@ -758,8 +758,8 @@ class ReservationBook:
 
     def _next_steps(self, now: float) -> None:
         """Reservations with a schedule whose next step began: their meter follows it."""
-        for old in [r for r in self._live.values() if r.schedule and not r.state.booked_only]:
-            step = old.step_at(now)
+        for old in [self._live[i] for i in self._memory.scheduled if not self._live[i].state.booked_only]:
+            step = step_at(old.schedule, now)
             if step is not None and step.bandwidth != old.rate:
                 new = replace(old, rate=step.bandwidth, updated=now, reason=(
                     f"schedule: {format_bandwidth(old.meter_bps)} -> {format_bandwidth(step.bandwidth)} "

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Mapping, Set
 
 from sdn_app.core import sharing
+from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.reservation import Reservation, State
 from sdn_app.core.topology import Topology
@@ -35,7 +36,7 @@ class Shares:
     def __init__(self, topology: Topology, ledger: Ledger, live: Mapping[str, Reservation], elastic: Set[str],
                  down_links: Callable[[], Set[str]], step: float = DEFAULT_SHARE_STEP, method: str = "filling"):
         if isinstance(step, bool) or not isinstance(step, int | float) or not 0 <= step < 1:
-            raise ValueError(f"share step: a fraction of the ceiling from 0 to below 1, got {step!r}")
+            raise InvalidArgument(f"share_step: a fraction of the ceiling from 0 to below 1, got {step!r}")
         self.topology = topology
         self.ledger = ledger
         self.live = live
@@ -43,10 +44,10 @@ class Shares:
         self.down_links = down_links
         self.step = float(step)
         if method not in sharing.METHODS:
-            raise ValueError(f"share solver: one of {', '.join(sharing.METHODS)}, got {method!r}")
+            raise InvalidArgument(f"share_solver: one of {', '.join(sharing.METHODS)}, got {method!r}")
         self.method = method  # how each round of the filling is solved (`sharing`): the same shares
 
-    def sharing(self, now: float) -> list[Reservation]:
+    def _sharing(self, now: float) -> list[Reservation]:
         """The elastic reservations that take part in a re-solve now, oldest first."""
         return sorted((r for r in map(self.live.__getitem__, self.elastic)
                        if r.state in _SHARING and r.route is not None and r.request.start <= now),
@@ -56,7 +57,7 @@ class Shares:
         """Re-solve the shares now; the new meters worth setting (`sharing.changed`): one below the
         reservation's meter where a direction needs it, one above by more than the step, and the
         first share of one that had none."""
-        taking_part = self.sharing(now)
+        taking_part = self._sharing(now)
         if not taking_part:
             return {}
         claims = {r.id: _claim(r) for r in taking_part}
