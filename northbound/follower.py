@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from northbound import convert
 from northbound.auth import Authenticator
 from northbound.client import LEADER_TRAILER
+from northbound.decoding import RequestDecoding
 from northbound.loop import LoopThread
 from northbound.proto.tsdn.v1 import agent_pb2, bandwidth_pb2, topology_pb2, transfer_pb2
 from northbound.server import SERVICES, ApiSettings, bind, tls_credentials
@@ -91,7 +92,7 @@ class FollowerServer:
             raise
 
     async def _server(self) -> grpc.aio.Server:
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=[RequestDecoding()])
         handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
         for module in (bandwidth_pb2, topology_pb2, agent_pb2, transfer_pb2):
             for service in module.DESCRIPTOR.services_by_name.values():

@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection
 
 from northbound.agent_servicer import AgentServicer
 from northbound.auth import Authenticator, is_loopback, plaintext_token_addresses
+from northbound.decoding import RequestDecoding
 from northbound.loop import LoopThread
 from northbound.proto.tsdn.v1 import (
     agent_pb2,
@@ -82,6 +83,21 @@ def tls_credentials(config: ApiSettings) -> grpc.ServerCredentials | None:
         return grpc.ssl_server_credentials([pair], root_certificates=client_ca, require_client_auth=bool(client_ca))
     except (ValueError, RuntimeError) as exc:
         raise InvalidArgument(f"--tls-cert/--tls-key: not a usable PEM certificate and key: {exc}") from None
+
+
+def http_ssl_context(config: ApiSettings) -> ssl.SSLContext | None:
+    """The TLS context of the HTTP side from the same --tls-cert/--tls-key/--client-ca as gRPC (None:
+    plaintext); with --client-ca, a client certificate signed by it is required."""
+    if tls_credentials(config) is None:  # checks the files first, with the same messages
+        return None
+    assert config.tls_cert is not None and config.tls_key is not None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(config.tls_cert, config.tls_key)
+    if config.client_ca is not None:
+        context.load_verify_locations(cafile=str(config.client_ca))
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
 
 
 def _check_tls(cert_path: Path, cert: bytes, key_path: Path, key: bytes, ca_path: Path | None,
@@ -190,8 +206,10 @@ async def api_server(worker: CoreWorker, auth: Authenticator, streams: StreamSlo
     calls kept off the core worker (run on the server's loop: the server binds to it)."""
     pool = ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="grpc")
     asyncio.get_running_loop().set_default_executor(pool)  # for the few unary calls kept off the core
+    # RequestDecoding last: it wraps the registered handlers themselves (bytes that are not a request
+    # message: INVALID_ARGUMENT naming the type, not gRPC's UNKNOWN and traceback), StreamGate wraps its.
     server = grpc.aio.server(migration_thread_pool=pool, options=[("grpc.so_reuseport", 0)],
-                             interceptors=[StreamGate(auth, streams)])
+                             interceptors=[StreamGate(auth, streams), RequestDecoding()])
     bandwidth_pb2_grpc.add_BandwidthServiceServicer_to_server(BandwidthServicer(worker, auth), server)
     topology_pb2_grpc.add_TopologyServiceServicer_to_server(TopologyServicer(worker, auth, fabric), server)
     agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(worker, auth, agents, transfers), server)
