@@ -169,19 +169,21 @@ class TsdnClient:
                            protect: bool = False, labels: Mapping[str, str] | None = None,
                            request_id: str | None = None, validate_only: bool = False, hold: bool = False,
                            manual_provision: bool = False, priority: int = 0,
-                           ceiling_bps: int = 0) -> pb.Reservation:
+                           ceiling_bps: int = 0, src_prefix: str = "", dst_prefix: str = "") -> pb.Reservation:
         """Reserve bandwidth from DTN `src` to DTN `dst` (times in epoch seconds; no end: until released).
 
         `hold`: two phases, HELD until `commit_reservation`; `manual_provision`: no flows until
         `provision_reservation`; `priority`: 0 for the caller's own; `ceiling_bps`: elastic, with
-        `bandwidth_bps` its floor. `request_id` defaults to a fresh UUID that every retry of this
-        call reuses.
+        `bandwidth_bps` its floor; `src_prefix` and `dst_prefix` (both or neither, IPv6 networks
+        like "2001:db8:1:2::/64"): the traffic reserved is the IPv6 between them, not the DTNs'
+        IPv4. `request_id` defaults to a fresh UUID that every retry of this call reuses.
         """
         request = pb.CreateReservationRequest(
             source_dtn=src, destination_dtn=dst, bandwidth_bps=bandwidth_bps, policy=POLICIES[policy],
             include=list(include), exclude=list(exclude), protect=protect, labels=dict(labels or {}),
             request_id=request_id or str(uuid.uuid4()), validate_only=validate_only, hold=hold,
             manual_provision=manual_provision, priority=priority, ceiling_bps=ceiling_bps,
+            src_prefix=src_prefix, dst_prefix=dst_prefix,
         )
         _set_window(request, start, end, duration)
         if max_hops is not None:

@@ -107,8 +107,16 @@ def window_in(message, now: float) -> tuple[float, float]:
     return start, end
 
 
-def path_request_in(message, bandwidth: int, now: float, protect: bool = False) -> PathRequest:
-    """A `PathRequest` from CreateReservationRequest or QueryAvailabilityRequest fields."""
+def prefixes_in(message: pb.CreateReservationRequest) -> tuple[str, str] | tuple[None, None]:
+    """The canonical `src_prefix` and `dst_prefix` of a CreateReservationRequest (both or neither;
+    `validation.prefix_pair`), (None, None) when both are empty."""
+    return validation.prefix_pair(message.src_prefix or None, message.dst_prefix or None)
+
+
+def path_request_in(message, bandwidth: int, now: float, protect: bool = False,
+                    prefixes: tuple[str, str] | tuple[None, None] = (None, None)) -> PathRequest:
+    """A `PathRequest` from CreateReservationRequest or QueryAvailabilityRequest fields, with the
+    traffic's IPv6 `prefixes` (`prefixes_in`) when given."""
     name_in(message.source_dtn, "source_dtn", required=True)
     name_in(message.destination_dtn, "destination_dtn", required=True)
     start, end = window_in(message, now)
@@ -116,6 +124,7 @@ def path_request_in(message, bandwidth: int, now: float, protect: bool = False) 
         src=message.source_dtn, dst=message.destination_dtn, bandwidth=bandwidth, start=start, end=end,
         policy=policy_in(message.policy), include=_names(message.include, "include"),
         exclude=_names(message.exclude, "exclude"), max_hops=max_hops_in(message), protect=protect,
+        src_prefix=prefixes[0], dst_prefix=prefixes[1],
     )
 
 
@@ -168,6 +177,8 @@ def reservation_out(r: Reservation, history: list[HistoryEntry] | None = None) -
         message.end_time.CopyFrom(timestamp_out(q.end))
     if q.max_hops is not None:
         message.max_hops = q.max_hops
+    if q.src_prefix is not None and q.dst_prefix is not None:
+        message.src_prefix, message.dst_prefix = q.src_prefix, q.dst_prefix
     if r.route is not None:
         message.path.CopyFrom(path_out(r.route.primary))
         if r.route.backup is not None:

@@ -189,9 +189,11 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
     def CreateReservation(self, request: pb.CreateReservationRequest, context, principal: Principal):
         bandwidth = convert.bandwidth_in(request.bandwidth_bps)
         terms = convert.terms_in(request)
+        prefixes = convert.prefixes_in(request)
 
         def create() -> pb.Reservation:
-            path_request = convert.path_request_in(request, bandwidth, self.book.clock.now(), request.protect)
+            path_request = convert.path_request_in(request, bandwidth, self.book.clock.now(), request.protect,
+                                                   prefixes)
             reservation = self.book.create(principal, path_request, dict(request.labels), request.request_id,
                                            request.validate_only, _fingerprint(request), terms)
             return convert.reservation_out(reservation)

@@ -10,24 +10,30 @@ way an OpenFlow 1.3 switch would, and stricter where a plan bug would otherwise 
 - deleting a group or meter removes the flows that use it, as OpenFlow does;
 - a dpid that does not match the topology's raises.
 
-`trace(packet, switch, in_port, down_links)` follows a packet: the highest-priority matching
-flow (a tie between two matching flows raises: OpenFlow leaves it undefined), its meter (recorded,
-not enforced), then its output or fast-failover group (the first bucket whose watch port is
-live). A port is live when a link or a DTN is attached and the link is not down. Outputs to a
-DTN's access port deliver the packet there; into a down link, it is lost; to a port with
-nothing attached, or with no flow matching (table-miss), it is dropped. Output to the packet's
-own in-port without IN_PORT is dropped, as on a real switch. A packet that reaches a
-(switch, in-port) it already visited, or crosses more than `ttl` switches, is in a loop.
+`trace(packet, switch, in_port, down_links)` follows a packet (IPv4, ARP, or IPv6 with its next
+header and ICMPv6 type; a flow's IPv6 fields match the packet's addresses under their prefixes,
+its other fields exactly): the highest-priority matching flow (a tie between two matching flows
+raises: OpenFlow leaves it undefined), its meter (recorded, not enforced), then its output or
+fast-failover group (the first bucket whose watch port is live). A port is live when a link or
+a DTN is attached and the link is not down. Outputs to a DTN's access port deliver the packet
+there; into a down link, it is lost; to a port with nothing attached, or with no flow matching
+(table-miss), it is dropped. Output to the packet's own in-port without IN_PORT is dropped, as
+on a real switch. A packet that reaches a (switch, in-port) it already visited, or crosses more
+than `ttl` switches, is in a loop.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sdn_app.core.plans import (
     ETH_TYPE_IPV4,
+    ETH_TYPE_IPV6,
+    ICMPV6_NEIGHBOR_SOLICITATION,
     IN_PORT,
+    IP_PROTO_ICMPV6,
     FlowPlan,
     FlowSpec,
     GroupSpec,
@@ -47,11 +53,28 @@ class TableError(AssertionError):
 
 @dataclass(frozen=True)
 class Packet:
-    """The header fields flows may match."""
+    """The header fields flows may match: IPv4 (or ARP) addresses, or IPv6 ones with the next
+    header (`ip_proto`) and, for ICMPv6, its type."""
 
-    ipv4_src: str
-    ipv4_dst: str
+    ipv4_src: str | None = None
+    ipv4_dst: str | None = None
     eth_type: int = ETH_TYPE_IPV4
+    ipv6_src: str | None = None
+    ipv6_dst: str | None = None
+    ip_proto: int | None = None
+    icmpv6_type: int | None = None
+
+
+def ipv6_packet(src: str, dst: str, ip_proto: int = 6, icmpv6_type: int | None = None) -> Packet:
+    """An IPv6 packet from address `src` to address `dst` (TCP unless told otherwise)."""
+    return Packet(eth_type=ETH_TYPE_IPV6, ipv6_src=src, ipv6_dst=dst, ip_proto=ip_proto, icmpv6_type=icmpv6_type)
+
+
+def solicitation(src: str, target: str) -> Packet:
+    """The IPv6 neighbour solicitation `src` multicasts for `target`: to its solicited-node address."""
+    low24 = int(ipaddress.IPv6Address(target)) & 0xFFFFFF
+    group = ipaddress.IPv6Address(int(ipaddress.IPv6Address("ff02::1:ff00:0")) | low24)
+    return ipv6_packet(src, str(group), IP_PROTO_ICMPV6, ICMPV6_NEIGHBOR_SOLICITATION)
 
 
 @dataclass(frozen=True)
@@ -89,11 +112,21 @@ class SwitchTable:
         return best[0]
 
 
+def _within(address: str | None, network: str | None) -> bool:
+    """Whether a packet's IPv6 `address` falls in a flow's `network` (None: a wildcard)."""
+    if network is None:
+        return True
+    return address is not None and ipaddress.IPv6Address(address) in ipaddress.IPv6Network(network)
+
+
 def _matches(flow: FlowSpec, packet: Packet, in_port: int) -> bool:
     m = flow.match
     return ((m.in_port is None or m.in_port == in_port) and m.eth_type == packet.eth_type
             and (m.ipv4_src is None or m.ipv4_src == packet.ipv4_src)
-            and (m.ipv4_dst is None or m.ipv4_dst == packet.ipv4_dst))
+            and (m.ipv4_dst is None or m.ipv4_dst == packet.ipv4_dst)
+            and (m.ip_proto is None or m.ip_proto == packet.ip_proto)
+            and (m.icmpv6_type is None or m.icmpv6_type == packet.icmpv6_type)
+            and _within(packet.ipv6_src, m.ipv6_src) and _within(packet.ipv6_dst, m.ipv6_dst))
 
 
 class FlowTables:
@@ -282,6 +315,12 @@ class FlowTables:
             if peer[3] in down:
                 return stop(LOST, f"{switch}: sent into down link {peer[3]}")
             switch, in_port = peer[1], peer[2]
+
+
+def send_from(tables: FlowTables, src_dtn: str, packet: Packet, down: Iterable[str] = ()) -> Trace:
+    """Trace `packet` sent by DTN `src_dtn` on its access port."""
+    src = tables.topology.dtns[src_dtn]
+    return tables.trace(packet, src.switch, src.port, down)
 
 
 def dtn_packet(topology: Topology, src_dtn: str, dst_dtn: str, eth_type: int = ETH_TYPE_IPV4) -> Packet:

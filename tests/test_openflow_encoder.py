@@ -9,6 +9,7 @@ with no switch refusing steps before sending anything.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import socket
 
 import pytest
@@ -20,6 +21,7 @@ from benchmarks.report import free_port
 from sdn_app.core.paths import PathFinder, PathRequest, Unbooked
 from sdn_app.core.plans import (
     COOKIE_TAG,
+    ETH_TYPE_IPV6,
     FORWARD,
     IN_PORT,
     MIN_BURST_BITS,
@@ -70,9 +72,13 @@ def ring8() -> Topology:
     return Topology.load(builtin_topology("ring8"))
 
 
-def make_plan(topology: Topology, src: str, dst: str, bandwidth: int = 10 * G, protect: bool = False) -> FlowPlan:
+PREFIXES = ("2001:db8:8:101::/64", "2001:db8:8:301::/64")  # a Rucio rule's /64 at dtn1 and at dtn3
+
+
+def make_plan(topology: Topology, src: str, dst: str, bandwidth: int = 10 * G, protect: bool = False,
+              prefixes: tuple[str, str] | tuple[None, None] = (None, None)) -> FlowPlan:
     route = PathFinder(topology, Unbooked(topology)).route(PathRequest(src, dst, bandwidth, 0, 3600, protect=protect))
-    return plan_for(topology, RID, src, dst, route, bandwidth)
+    return plan_for(topology, RID, src, dst, route, bandwidth, src_prefix=prefixes[0], dst_prefix=prefixes[1])
 
 
 def ingress(plan: FlowPlan, direction: str = "forward") -> FlowSpec:
@@ -133,6 +139,27 @@ def test_delete_is_strict_on_match_and_priority_with_the_exact_cookie(ring8):
     assert (msg.out_port, msg.out_group) == (ofp.OFPP_ANY, ofp.OFPG_ANY)
     assert dict(msg.match.items())["in_port"] == 3
     assert msg.instructions == []
+
+
+def test_a_prefix_reservation_matches_ipv6_under_the_prefix_masks_and_solicitations(ring8):
+    plan = make_plan(ring8, "dtn1", "dtn3", prefixes=PREFIXES)
+    flow = ingress(plan)
+    msg = serialized(encoder.add_flow(DP, flow))
+    assert dict(msg.match.items()) == {"in_port": 3, "eth_type": 0x86DD,
+                                       "ipv6_src": ("2001:db8:8:101::", "ffff:ffff:ffff:ffff::"),
+                                       "ipv6_dst": ("2001:db8:8:301::", "ffff:ffff:ffff:ffff::")}
+    assert isinstance(msg.instructions[0], parser.OFPInstructionMeter)
+    solicit = next(f for f in plan.flows if f.role == "ingress" and f.match.icmpv6_type is not None)
+    msg = serialized(encoder.add_flow(DP, solicit))
+    assert dict(msg.match.items()) == {"in_port": 3, "eth_type": 0x86DD, "ip_proto": 58,
+                                       "ipv6_src": ("2001:db8:8:101::", "ffff:ffff:ffff:ffff::"),
+                                       "ipv6_dst": ("ff02::1:ff00:0", "ffff:ffff:ffff:ffff:ffff:ffff:ff00:0"),
+                                       "icmpv6_type": 135}
+    assert [type(i) for i in msg.instructions] == [parser.OFPInstructionActions]  # no meter
+    one = FlowSpec(switch="s1", dpid=1, priority=5, cookie=COOKIE_TAG, output=4,
+                   match=Match(eth_type=0x86DD, ipv6_src="2001:db8::1/128", ipv6_dst="2001:db8::/32"))
+    assert dict(serialized(encoder.add_flow(DP, one)).match.items()) == {
+        "eth_type": 0x86DD, "ipv6_src": "2001:db8::1", "ipv6_dst": ("2001:db8::", "ffff:ffff::")}
 
 
 def test_a_wildcard_match_leaves_the_fields_out():
@@ -349,10 +376,12 @@ def reported_group(msg):
     return parser.OFPGroupDescStats(type_=msg.type, group_id=msg.group_id, buckets=buckets)
 
 
+@pytest.mark.parametrize("prefixes", [(None, None), PREFIXES], ids=["ipv4", "ipv6-prefixes"])
 @pytest.mark.parametrize("protect", [False, True], ids=["plain", "protected"])
-def test_every_flow_and_group_of_a_plan_decodes_back_to_its_spec(ring8, protect):
-    plan = make_plan(ring8, "dtn1", "dtn3", protect=protect)
-    assert any(f.match.eth_type == encoder.ETH_TYPE_ARP for f in plan.flows)
+def test_every_flow_and_group_of_a_plan_decodes_back_to_its_spec(ring8, protect, prefixes):
+    plan = make_plan(ring8, "dtn1", "dtn3", protect=protect, prefixes=prefixes)
+    twin = encoder.ETH_TYPE_ARP if prefixes[0] is None else ETH_TYPE_IPV6
+    assert any(f.match.eth_type == twin for f in plan.flows)
     for flow in plan.flows:
         dp = StandInDatapath()
         dp.id = flow.dpid
@@ -396,7 +425,13 @@ def test_entries_tsdn_never_installs_decode_to_specs_no_plan_holds(ring8):
 
     for fields, complaint in (({"eth_type": 0x0800, "ip_proto": 6, "tcp_dst": 22}, "ip_proto, tcp_dst"),
                               ({"eth_type": 0x0800, "ipv4_src": ("10.0.0.0", "255.0.0.0")}, "under a mask"),
-                              ({"in_port": 1}, "no eth_type")):
+                              ({"in_port": 1}, "no eth_type"),
+                              ({"eth_type": 0x0800, "ipv6_src": "2001:db8::1"}, "ipv6_src, which tsdn never matches "
+                                                                                 "with eth_type 0x0800"),
+                              ({"eth_type": 0x86DD, "ipv4_dst": "10.0.0.1"}, "ipv4_dst, which"),
+                              ({"eth_type": 0x86DD, "ip_proto": 6, "tcp_dst": 22}, "tcp_dst"),
+                              ({"eth_type": 0x86DD, "ipv6_src": ("2001:db8::", "ffff::ffff")},
+                               "ipv6_src 2001:: mask ffff::ffff, which is no IPv6 prefix")):
         odd = parser.OFPFlowStats(table_id=0, priority=5, cookie=COOKIE_TAG | 5, match=parser.OFPMatch(**fields),
                                   instructions=[])
         with pytest.raises(ValueError, match=complaint):
@@ -405,6 +440,11 @@ def test_entries_tsdn_never_installs_decode_to_specs_no_plan_holds(ring8):
         assert (delete.command, delete.cookie, delete.cookie_mask, delete.priority) == (
             ofp.OFPFC_DELETE_STRICT, COOKIE_TAG | 5, encoder.ALL_ONES_COOKIE, 5)
         assert delete.match is odd.match
+
+    host_bits = parser.OFPMatch(_ordered_fields=[("eth_type", 0x86DD), ("ipv6_dst", ("2001:db8::1", "ffff::"))])
+    unmasked = parser.OFPFlowStats(table_id=0, priority=5, cookie=COOKIE_TAG | 5, instructions=[], match=host_bits)
+    with pytest.raises(ValueError, match="ipv6_dst 2001:db8::1 mask ffff::, which is no IPv6 prefix"):
+        encoder.flow_from_stats(DP, unmasked, "s1")
 
     pktps = parser.OFPMeterConfigStats(flags=ofp.OFPMF_PKTPS, meter_id=3,
                                        bands=[parser.OFPMeterBandDrop(rate=10, burst_size=0)])
@@ -423,13 +463,24 @@ def test_the_read_requests_ask_for_tsdn_flows_every_meter_and_every_group():
     assert isinstance(serialized(encoder.group_desc_request(DP)), parser.OFPGroupDescStatsRequest)
 
 
+def _masked(network: str | None) -> str | tuple[str, str] | None:
+    """os-ken's keyword value of an IPv6 network: the address and its mask (a /128 alone)."""
+    if network is None:
+        return None
+    net = ipaddress.IPv6Network(network)
+    return str(net.network_address) if net.prefixlen == 128 else (str(net.network_address), str(net.netmask))
+
+
+@pytest.mark.parametrize("prefixes", [(None, None), PREFIXES], ids=["ipv4", "ipv6-prefixes"])
 @pytest.mark.parametrize("protect", [False, True], ids=["plain", "protected"])
-def test_matches_serialize_as_os_ken_keyword_matches_do(ring8, protect):
+def test_matches_serialize_as_os_ken_keyword_matches_do(ring8, protect, prefixes):
     """`encoder.match` builds the fields in OXM order itself (fast); the bytes are os-ken's own."""
-    for flow in make_plan(ring8, "dtn1", "dtn3", protect=protect).flows:
+    for flow in make_plan(ring8, "dtn1", "dtn3", protect=protect, prefixes=prefixes).flows:
         m = flow.match
         names = ("arp_spa", "arp_tpa") if m.eth_type == encoder.ETH_TYPE_ARP else ("ipv4_src", "ipv4_dst")
-        keywords = {"in_port": m.in_port, "eth_type": m.eth_type, names[0]: m.ipv4_src, names[1]: m.ipv4_dst}
+        keywords = {"in_port": m.in_port, "eth_type": m.eth_type, names[0]: m.ipv4_src, names[1]: m.ipv4_dst,
+                    "ip_proto": m.ip_proto, "ipv6_src": _masked(m.ipv6_src), "ipv6_dst": _masked(m.ipv6_dst),
+                    "icmpv6_type": m.icmpv6_type}
         ours, theirs = bytearray(), bytearray()
         encoder.match(DP, flow).serialize(ours, 0)
         parser.OFPMatch(**{k: v for k, v in keywords.items() if v is not None}).serialize(theirs, 0)

@@ -31,7 +31,7 @@ from sdn_app.core.plans import (
 from sdn_app.core.reconcile import Reconciliation, reconcile
 from sdn_app.core.topology import Topology
 from sdn_app.openflow.encoder import held_meter
-from tests.flowtable import FlowTables, delivered
+from tests.flowtable import DELIVERED, DROPPED, FlowTables, delivered, ipv6_packet, send_from, solicitation
 from topologies import builtin_topology
 
 G = 10**9
@@ -211,6 +211,34 @@ def test_a_reservation_released_while_the_switch_was_away_is_removed_from_it() -
         assert all(s.kind in (StepKind.DELETE_FLOW, StepKind.DELETE_GROUP, StepKind.DELETE_METER, StepKind.BARRIER)
                    for s in result.steps), switch
         assert {s.spec for s in result.steps if s.spec is not None} == entries(gone.for_switch(switch))
+
+
+@functools.cache
+def prefix_plans() -> tuple[FlowPlan, FlowPlan]:
+    """Two protected reservations between dtn1 and dtn3 told apart by IPv6 prefixes (two Rucio
+    rules), with one allocator."""
+    topology, ids = ring8(), IdAllocator()
+    route = PathFinder(topology, Unbooked(topology)).route(PathRequest("dtn1", "dtn3", 10 * G, 0, 3600, protect=True))
+    return tuple(plan_for(topology, rid(n), "dtn1", "dtn3", route, 10 * G, ids, src_prefix=f"2001:db8:8:10{n}::/64",
+                          dst_prefix=f"2001:db8:8:30{n}::/64") for n in (1, 2))
+
+
+def test_prefix_reservations_between_the_same_dtns_are_reconciled_apart() -> None:
+    rule_a, rule_b = prefix_plans()
+    tables = installed(rule_a, rule_b)
+    for table in tables.tables.values():  # rule A's flows deleted by hand; rule B released while away
+        for key in [k for k, f in table.flows.items() if f.cookie == rule_a.cookie]:
+            del table.flows[key]
+    assert send_from(tables, "dtn1", ipv6_packet("2001:db8:8:101::1", "2001:db8:8:301::1")).outcome == DROPPED
+    done = reconcile_everywhere(tables, rule_a)
+    assert_exactly(tables, rule_a)
+    assert done["s1"].count(StepKind.ADD_FLOW) == len(rule_a.flows_on("s1"))
+    assert done["s1"].count(StepKind.DELETE_FLOW) == len(rule_b.flows_on("s1"))
+    for packet in (ipv6_packet("2001:db8:8:101::1", "2001:db8:8:301::1"),
+                   solicitation("2001:db8:8:101::1", "2001:db8:8:301::1")):
+        trace = send_from(tables, "dtn1", packet)
+        assert (trace.outcome, trace.dtn) == (DELIVERED, "dtn3"), trace.reason
+    assert send_from(tables, "dtn1", ipv6_packet("2001:db8:8:102::1", "2001:db8:8:302::1")).outcome == DROPPED
 
 
 # --- wrong entries ---------------------------------------------------------------------------

@@ -103,7 +103,7 @@ class Installs:
         assert reservation.route is not None
         q = reservation.request
         return plan_for(self.topology, reservation.id, q.src, q.dst, reservation.route, reservation.meter_bps,
-                        self._ids)
+                        self._ids, src_prefix=q.src_prefix, dst_prefix=q.dst_prefix)
 
     def _queue(self, reservation_id: str, steps: list[Step], confirm: bool) -> None:
         """Hand steps to the adapter; a confirmed change supersedes earlier reports."""

@@ -24,6 +24,7 @@ from typing import Protocol
 
 import networkx as nx
 
+from sdn_app.core import validation
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NoCapacity
 from sdn_app.core.topology import LinkDirection, Topology
 from sdn_app.core.units import format_bandwidth, format_time, format_window
@@ -54,7 +55,13 @@ class Unbooked:
 
 @dataclass(frozen=True)
 class PathRequest:
-    """What a service asks for: `bandwidth` bits/s from DTN `src` to DTN `dst` in [start, end)."""
+    """What a service asks for: `bandwidth` bits/s from DTN `src` to DTN `dst` in [start, end).
+
+    `src_prefix` and `dst_prefix` (both or neither; IPv6 networks as canonical text, e.g.
+    `2001:db8:1:2::/64`, `validation.prefix_pair`) name the traffic: with them the switches
+    carry the IPv6 packets from an address in `src_prefix` to one in `dst_prefix` (and back),
+    instead of the IPv4 packets between the two DTNs' own addresses (`plans.plan_for`).
+    """
 
     src: str
     dst: str
@@ -66,6 +73,8 @@ class PathRequest:
     exclude: tuple[str, ...] = ()
     max_hops: int | None = None
     protect: bool = False
+    src_prefix: str | None = None
+    dst_prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +221,7 @@ class _Search:
             raise InvalidArgument(f"end: {format_time(r.end)} is not after start {format_time(r.start)}")
         if r.max_hops is not None and (isinstance(r.max_hops, bool) or r.max_hops < 0):
             raise InvalidArgument(f"max_hops: must be zero or more, got {r.max_hops!r}")
+        validation.prefix_pair(r.src_prefix, r.dst_prefix)
 
     def _waypoint(self, ref: str) -> str | frozenset[str]:
         switches, links = self.topology.resolve_elements([ref], "include")

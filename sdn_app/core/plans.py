@@ -11,13 +11,28 @@ packets through them.
 What a plan holds (all in table 0; the adapter installs the table-miss drop, not the plan):
 - Flows for both directions of the DTN pair: the booked direction A->B ("forward", priority
   `PRIORITY`) and the reverse B->A ("reverse", priority `REVERSE_PRIORITY`, carrying acks).
-  Each matches `in_port`, IPv4 and the pair's source and destination addresses, so packets
-  of any other pair, spoofed sources and packets arriving on an unexpected port fall through
-  to the table-miss drop (default deny). The two priorities differ so that a reservation
-  A->B and another B->A can coexist: the booked direction of one wins over the ack
-  direction of the other on the switches they share, and their flow keys never collide.
-  Two active reservations for the same ordered pair would collide; the core must not hold
-  them (see "Open" below).
+  Each matches `in_port` and the direction's traffic, so packets of any other pair or
+  reservation, spoofed sources and packets arriving on an unexpected port fall through to
+  the table-miss drop (default deny). The traffic is either
+  - (a reservation without prefixes) IPv4 from the source DTN's address to the destination
+    DTN's (`ipv4_src`, `ipv4_dst`, both exact), with an ARP twin of every flow (eth_type
+    0x0806, the same addresses as ARP sender and target, no meter): the DTNs' own ARP
+    follows the reserved hops, so it needs no controller; or
+  - (a reservation with `src_prefix` and `dst_prefix`, IPv6 networks) IPv6 (eth_type 0x86dd)
+    from the direction's source prefix to its destination prefix (`ipv6_src`, `ipv6_dst`,
+    both under the prefix's mask; any next header), with a neighbour-solicitation twin of
+    every flow: ICMPv6 (`ip_proto` 58) type 135 from the direction's source prefix to the
+    solicited-node range ff02::1:ff00:0/104 (`SOLICITED_NODE`), no meter. The answers
+    (neighbour advertisements, unicast to the asker) are ordinary traffic of the other
+    direction. Such a reservation has no IPv4 or ARP flows: the prefixes are what tells
+    its traffic apart, so several reservations between the same two DTNs (one per Rucio
+    rule, say) coexist, and so does one without prefixes between them.
+  The two priorities differ so that a reservation A->B and another B->A can coexist: the
+  booked direction of one wins over the ack direction of the other on the switches they
+  share, and their flow keys never collide. What would collide (`clash`): two reservations
+  without prefixes for the same ordered pair, and two with prefixes where one's prefix
+  overlaps the other's, unless they are the two directions of one DTN pair; the core must
+  not hold both at once.
 - Meters: on A's switch, applied by the ingress flow of A->B, at the booked rate; on B's
   switch, applied by the ingress flow of B->A, at `reverse_rate(bandwidth)`: 5 % of the
   booking (`REVERSE_PERCENT`), at least 1 Mbit/s (`REVERSE_MIN_BPS`). The reverse direction
@@ -84,9 +99,8 @@ when the new route and its backup avoid the failed link (tested); a new route wh
 crosses the failed link can lose traffic mid-move (a shared switch's failover group becomes a
 plain backup output into the dead link), so the advisor must exclude down links from both.
 
-Open: ARP (and IPv6) between DTNs is not in the plan (proxy ARP by the adapter or static
-neighbours on the DTNs); the reverse direction's ack bandwidth is not booked in the ledger;
-one reservation per ordered DTN pair at a time; per-packet consistency during a move (a
+Open: the reverse direction's ack bandwidth is not booked in the ledger; one reservation
+without prefixes per ordered DTN pair at a time; per-packet consistency during a move (a
 version tag pushed at the ingress) is not attempted: packets in flight on the old route when
 its last flows are deleted may be lost.
 """
@@ -94,18 +108,24 @@ its last flows are deleted may be lost.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from sdn_app.core import validation
 from sdn_app.core.errors import InvalidArgument, NoCapacity
-from sdn_app.core.paths import Hop, Path, Route
+from sdn_app.core.paths import Hop, Path, PathRequest, Route
 from sdn_app.core.topology import Topology
 
 IN_PORT = 0xFFFFFFF8  # OFPP_IN_PORT: output the packet back out the port it came in on
 ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_ARP = 0x0806
+ETH_TYPE_IPV6 = 0x86DD
+IP_PROTO_ICMPV6 = 58
+ICMPV6_NEIGHBOR_SOLICITATION = 135
+SOLICITED_NODE = "ff02::1:ff00:0/104"  # the solicited-node multicast addresses (RFC 4291)
 TABLE_ID = 0
 PRIORITY = 1000  # the booked direction A->B
 REVERSE_PRIORITY = 900  # the ack direction B->A; below PRIORITY so a booking B->A wins
@@ -177,18 +197,34 @@ def _port(port: int) -> str:
 class Match:
     """What a flow matches; a field left None is a wildcard.
 
-    For ARP (`eth_type` 0x0806) the two addresses match the ARP sender and target protocol
-    addresses (OpenFlow's arp_spa and arp_tpa) instead of the IPv4 header.
+    For ARP (`eth_type` 0x0806) the two IPv4 addresses match the ARP sender and target
+    protocol addresses (OpenFlow's arp_spa and arp_tpa) instead of the IPv4 header. For IPv6
+    (`eth_type` 0x86dd) `ipv6_src` and `ipv6_dst` are networks in canonical text
+    (`2001:db8:1:2::/64`: the address under the prefix's mask; a /128 is one exact address),
+    `ip_proto` the next header and `icmpv6_type` the ICMPv6 type (with `ip_proto` 58).
     """
 
     in_port: int | None = None
     eth_type: int = ETH_TYPE_IPV4
     ipv4_src: str | None = None
     ipv4_dst: str | None = None
+    ip_proto: int | None = None
+    ipv6_src: str | None = None
+    ipv6_dst: str | None = None
+    icmpv6_type: int | None = None
 
     def describe(self) -> str:
-        """`in_port=3 ip 10.0.0.1->10.0.0.4` for messages."""
+        """`in_port=3 ip 10.0.0.1->10.0.0.4` (or `in_port=3 ipv6 2001:db8:1:1::/64->... icmpv6_type=135`)
+        for messages."""
         parts = [] if self.in_port is None else [f"in_port={self.in_port}"]
+        if self.eth_type == ETH_TYPE_IPV6:
+            parts.append("ipv6")
+            if self.ip_proto is not None:
+                parts.append(f"ip_proto={self.ip_proto}")
+            parts.append(f"{self.ipv6_src or '*'}->{self.ipv6_dst or '*'}")
+            if self.icmpv6_type is not None:
+                parts.append(f"icmpv6_type={self.icmpv6_type}")
+            return " ".join(parts)
         parts.append("ip" if self.eth_type == ETH_TYPE_IPV4 else f"eth_type=0x{self.eth_type:04x}")
         parts.append(f"{self.ipv4_src or '*'}->{self.ipv4_dst or '*'}")
         return " ".join(parts)
@@ -292,7 +328,8 @@ class SwitchPlan:
 
 def _flow_order(flow: FlowSpec) -> tuple:
     m = flow.match
-    return (flow.switch, flow.table_id, -flow.priority, m.in_port or 0, m.eth_type, m.ipv4_src or "", m.ipv4_dst or "")
+    return (flow.switch, flow.table_id, -flow.priority, m.in_port or 0, m.eth_type, m.ipv4_src or "", m.ipv4_dst or "",
+            m.ip_proto or 0, m.ipv6_src or "", m.ipv6_dst or "", m.icmpv6_type or 0)
 
 
 @dataclass(frozen=True)
@@ -472,12 +509,13 @@ class _Builder:
                                                     buckets=buckets)
         return group_id
 
-    def direction(self, direction: str, priority: int, src_ip: str, dst_ip: str, primary: Sequence[Hop],
+    def direction(self, direction: str, priority: int, traffic: Match, primary: Sequence[Hop],
                   backup: Sequence[Hop] | None, rate: int) -> None:
+        """The flows and the ingress meter of one direction, each flow matching `traffic` on its in-port."""
         def flow(hop_switch: str, in_port: int, role: str, stage: int, **action: int | None) -> None:
             self.flows.append(FlowSpec(
                 switch=hop_switch, dpid=self.dpid(hop_switch), priority=priority, cookie=self.cookie,
-                match=Match(in_port=in_port, ipv4_src=src_ip, ipv4_dst=dst_ip),
+                match=replace(traffic, in_port=in_port),
                 role=role, direction=direction, stage=stage, **action,
             ))
 
@@ -513,18 +551,26 @@ class _Builder:
 
 
 def plan_for(topology: Topology, reservation_id: str, src_dtn: str, dst_dtn: str, route: Route | Path,
-             bandwidth_bps: int, ids: IdAllocator | None = None) -> FlowPlan:
+             bandwidth_bps: int, ids: IdAllocator | None = None, *, src_prefix: str | None = None,
+             dst_prefix: str | None = None) -> FlowPlan:
     """Return the flow plan of reservation `reservation_id`: `bandwidth_bps` from `src_dtn` to
     `dst_dtn` over `route` (with protection when it has a backup), acks back unbooked.
 
+    Without prefixes the flows match IPv4 between the two DTNs' addresses, with ARP twins.
+    With `src_prefix` and `dst_prefix` (IPv6 networks, both or neither) they match IPv6 from
+    `src_prefix` to `dst_prefix` (forward) and back (reverse), under the prefixes' masks, with
+    twins for the neighbour solicitations of each direction's source prefix to the
+    solicited-node range; nothing of IPv4 (the module docstring lists every field matched).
+
     `ids` allocates meter and group ids; pass the core's one allocator so ids stay unique per
     switch across reservations, and the same one for a move's old and new plans. Raises
-    `InvalidArgument` for a malformed id or bandwidth, a route between other DTNs, or a backup
-    that shares a link with the primary.
+    `InvalidArgument` for a malformed id, bandwidth or prefix, a route between other DTNs, or
+    a backup that shares a link with the primary.
     """
     cookie = reservation_cookie(reservation_id)
     if isinstance(bandwidth_bps, bool) or not isinstance(bandwidth_bps, int) or bandwidth_bps <= 0:
         raise InvalidArgument(f"bandwidth: must be a positive whole number of bits/s, got {bandwidth_bps!r}")
+    src_prefix, dst_prefix = validation.prefix_pair(src_prefix, dst_prefix)
     if isinstance(route, Path):
         route = Route(route)
     src, dst = topology.dtn(src_dtn), topology.dtn(dst_dtn)
@@ -540,15 +586,59 @@ def plan_for(topology: Topology, reservation_id: str, src_dtn: str, dst_dtn: str
         shared = set(route.primary.links) & set(route.backup.links)
         if shared:
             raise InvalidArgument(f"route: the backup shares link(s) {', '.join(sorted(shared))} with the primary")
+    if src_prefix is None or dst_prefix is None:
+        forward, twin = Match(ipv4_src=src.ipv4, ipv4_dst=dst.ipv4), {"eth_type": ETH_TYPE_ARP}
+        reverse = Match(ipv4_src=dst.ipv4, ipv4_dst=src.ipv4)
+    else:
+        forward = Match(eth_type=ETH_TYPE_IPV6, ipv6_src=src_prefix, ipv6_dst=dst_prefix)
+        reverse = Match(eth_type=ETH_TYPE_IPV6, ipv6_src=dst_prefix, ipv6_dst=src_prefix)
+        twin = {"ip_proto": IP_PROTO_ICMPV6, "ipv6_dst": SOLICITED_NODE, "icmpv6_type": ICMPV6_NEIGHBOR_SOLICITATION}
     builder = _Builder(topology, reservation_id, cookie, ids if ids is not None else IdAllocator())
-    builder.direction(FORWARD, PRIORITY, src.ipv4, dst.ipv4, primary, backup, bandwidth_bps)
-    builder.direction(REVERSE, REVERSE_PRIORITY, dst.ipv4, src.ipv4, _reversed(primary),
+    builder.direction(FORWARD, PRIORITY, forward, primary, backup, bandwidth_bps)
+    builder.direction(REVERSE, REVERSE_PRIORITY, reverse, _reversed(primary),
                       _reversed(backup) if backup is not None else None, reverse_rate(bandwidth_bps))
-    # The DTNs' own ARP follows the reserved hops too, so it needs no controller: traffic goes on
-    # after a controller crash, and ARP never floods. Twins carry no meter (ARP is a trickle).
-    arp = [replace(f, match=replace(f.match, eth_type=ETH_TYPE_ARP), meter_id=None) for f in builder.flows]
-    return FlowPlan(reservation_id, cookie, src_dtn, dst_dtn, (*builder.flows, *arp), tuple(builder.meters),
+    # The DTNs' own address resolution (ARP, or IPv6 neighbour solicitations from the direction's
+    # source prefix) follows the reserved hops too, so it needs no controller: traffic goes on after
+    # a controller crash, and nothing floods. Twins carry no meter (address resolution is a trickle).
+    twins = [replace(f, match=replace(f.match, **twin), meter_id=None) for f in builder.flows]
+    return FlowPlan(reservation_id, cookie, src_dtn, dst_dtn, (*builder.flows, *twins), tuple(builder.meters),
                     tuple(builder.groups.values()))
+
+
+def _networks(request: PathRequest) -> tuple[ipaddress.IPv6Network, ipaddress.IPv6Network]:
+    assert request.src_prefix is not None and request.dst_prefix is not None
+    return ipaddress.IPv6Network(request.src_prefix), ipaddress.IPv6Network(request.dst_prefix)
+
+
+def clash(new: PathRequest, other: PathRequest) -> str | None:
+    """Why the flows of a reservation for `new` would collide on the switches with those of one
+    for `other` held at the same time, naming the field of `new` at fault; None when they keep
+    apart (prefixes as `validation.prefix_pair` gives them).
+
+    - Neither has prefixes: they collide when they are for the same ordered DTN pair (the
+      same IPv4 addresses at the same priority).
+    - One has prefixes and the other not: never (IPv6 prefixes against IPv4 addresses).
+    - Both have prefixes: each end of a reservation holds its prefix at its DTN, facing the
+      other end's DTN. Two ends whose prefixes overlap collide (the same packets, or the same
+      neighbour solicitations, would match both at one priority, or the flows of one would
+      carry the other's packets to another DTN), unless they are the source end of one and the
+      destination end of the other, at the same DTN facing the same DTN: the two directions
+      of one DTN pair, whose flows differ in priority and lead to the same DTN.
+    """
+    if new.src_prefix is None or other.src_prefix is None:
+        if new.src_prefix is None and other.src_prefix is None and (new.src, new.dst) == (other.src, other.dst):
+            return f"{new.src} -> {new.dst}: the same DTN pair without prefixes"
+        return None
+    ends = (("src_prefix", "source", new.src, new.dst), ("dst_prefix", "destination", new.dst, new.src))
+    theirs = (("source", other.src, other.dst), ("destination", other.dst, other.src))
+    for (name, role, dtn, peer), prefix in zip(ends, _networks(new), strict=True):
+        for (their_role, their_dtn, their_peer), their_prefix in zip(theirs, _networks(other), strict=True):
+            if not prefix.overlaps(their_prefix):
+                continue
+            if (dtn, peer) == (their_dtn, their_peer) and role != their_role:
+                continue
+            return f"{name}: {prefix} overlaps the {their_role} prefix {their_prefix}"
+    return None
 
 
 # --- steps -----------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ class Memory:
         self.degraded: set[str] = set()
         self.elastic: set[str] = set()  # live elastic ones: what a re-solve of the shares looks at
         self.scheduled: set[str] = set()  # live ones with a deadline schedule: their steps follow the clock
+        self.prefixed: set[str] = set()  # live ones with IPv6 prefixes: what a new one's prefixes must keep apart from
         self._by_request: dict[tuple[str, str], str] = {}
         self._by_pair: dict[tuple[str, str], set[str]] = {}  # (src, dst) -> live reservations
         self._deadlines: list[tuple[float, str]] = []  # heap of (window start or end, id); stale entries skipped
@@ -63,7 +64,8 @@ class Memory:
             self.degraded.add(reservation.id)
         else:
             self.degraded.discard(reservation.id)
-        for index, member in ((self.elastic, reservation.elastic), (self.scheduled, bool(reservation.schedule))):
+        for index, member in ((self.elastic, reservation.elastic), (self.scheduled, bool(reservation.schedule)),
+                              (self.prefixed, reservation.request.src_prefix is not None)):
             if member and not reservation.state.is_final:
                 index.add(reservation.id)
             else:
@@ -89,6 +91,10 @@ class Memory:
     def on_pair(self, src: str, dst: str) -> list[Reservation]:
         """The live reservations from `src` to `dst`."""
         return [self.live[i] for i in self._by_pair.get((src, dst), ())]
+
+    def with_prefixes(self) -> list[Reservation]:
+        """The live reservations whose traffic is named by IPv6 prefixes."""
+        return [self.live[i] for i in self.prefixed]
 
     def sweep(self, now: float) -> None:
         """Forget the ended reservations whose time in memory is up."""

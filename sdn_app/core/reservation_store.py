@@ -219,7 +219,9 @@ def _to_json(r: Reservation) -> dict[str, Any]:
         "labels": dict(r.labels), "created": r.created, "updated": r.updated, "fingerprint": r.fingerprint,
         "request": {"src": q.src, "dst": q.dst, "bandwidth": q.bandwidth, "start": q.start,
                     "end": None if math.isinf(q.end) else q.end, "policy": q.policy, "include": list(q.include),
-                    "exclude": list(q.exclude), "max_hops": q.max_hops, "protect": q.protect},
+                    "exclude": list(q.exclude), "max_hops": q.max_hops, "protect": q.protect,
+                    # Only when set: rows of reservations without prefixes stay as they were.
+                    **({"src_prefix": q.src_prefix, "dst_prefix": q.dst_prefix} if q.src_prefix is not None else {})},
         "primary": _path_json(r.route.primary) if r.route else None,
         "backup": _path_json(r.route.backup) if r.route else None,
         "decision": decisions.to_dict(r.decision) if r.decision is not None else None,
@@ -249,7 +251,8 @@ def _booking_json(r: Reservation) -> dict[str, Any]:
 def _from_json(data: dict[str, Any], topology: Topology) -> Reservation:
     q = data["request"]
     request = PathRequest(q["src"], q["dst"], q["bandwidth"], q["start"], math.inf if q["end"] is None else q["end"],
-                          q["policy"], tuple(q["include"]), tuple(q["exclude"]), q["max_hops"], q["protect"])
+                          q["policy"], tuple(q["include"]), tuple(q["exclude"]), q["max_hops"], q["protect"],
+                          q.get("src_prefix"), q.get("dst_prefix"))
 
     final = State(data["state"]).is_final
 

@@ -56,7 +56,7 @@ from sdn_app.core.ledger import AlsoWrite, Ledger
 from sdn_app.core.ledger_repair import LedgerRepair
 from sdn_app.core.link_repair import LinkRepair
 from sdn_app.core.paths import PathFinder, PathRequest, Route
-from sdn_app.core.plans import SwitchPlan
+from sdn_app.core.plans import SwitchPlan, clash
 from sdn_app.core.rerouting.advisor import Health, RateAdvisor
 from sdn_app.core.rerouting.congestion import Condition
 from sdn_app.core.rerouting.rerouter import Fleet, Rerouter
@@ -221,7 +221,12 @@ class ReservationBook:
                terms: Terms | None = None) -> Reservation:
         """Admit `request` for the caller, or raise why not (counted in `refusals`); idempotent
         per `request_id`. `terms`: held or not, provisioned at its start or by hand, priority,
-        elastic ceiling (default: a guaranteed bandwidth, provisioned, at the caller's priority)."""
+        elastic ceiling (default: a guaranteed bandwidth, provisioned, at the caller's priority).
+
+        A request with `src_prefix` and `dst_prefix` (IPv6 networks, stored in canonical text)
+        is a reservation whose traffic is the IPv6 packets between those prefixes: with switches,
+        several such reservations between the same DTNs are held at once as long as their
+        prefixes keep apart (`plans.clash`)."""
         try:
             return self._admit(principal, request, labels, request_id, validate_only, fingerprint,
                                terms or Terms())
@@ -296,6 +301,8 @@ class ReservationBook:
         require_role(principal, "create reservations")
         labels = _check_labels(labels or {})
         validation.request_id(request_id)
+        src_prefix, dst_prefix = validation.prefix_pair(request.src_prefix, request.dst_prefix)
+        request = replace(request, src_prefix=src_prefix, dst_prefix=dst_prefix)
         earlier = self._by_request_id(principal.name, request_id) if request_id else None
         if earlier is not None:
             same = (fingerprint == earlier.fingerprint if fingerprint and earlier.fingerprint
@@ -310,7 +317,7 @@ class ReservationBook:
         priority = check_terms(principal, request, terms)
         if request.end <= now:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
-        self._check_pair_free(request)
+        self._check_apart(request)
         self._check_hosts(request)
         route = planned or self.finder.route(request)
         if terms.hold:
@@ -387,19 +394,34 @@ class ReservationBook:
             if new.id in self.installs:
                 self.installs.resize(new)
 
-    def _check_pair_free(self, request: PathRequest) -> None:
-        """With switches, one reservation per ordered DTN pair at a time: the switches tell
-        reservations apart by the pair's addresses, so a second would take over the first's flows.
-        (Bookings alone, without switches, may overlap.)"""
+    def _check_apart(self, request: PathRequest, ignore: str = "") -> None:
+        """With switches, refuse a request whose flows would collide with those of a live
+        reservation (other than `ignore`) whose window overlaps its own (`plans.clash`): without
+        prefixes, one reservation per ordered DTN pair at a time, since the switches tell them
+        apart by the pair's addresses; with prefixes, prefixes that keep apart from every other
+        reservation's. (Bookings alone, without switches, may overlap.)"""
         if not self.provisioning:
             return
-        for other in self._memory.on_pair(request.src, request.dst):
-            if other.request.start < request.end and request.start < other.request.end:
+        if request.src_prefix is None:
+            others = [r for r in self._memory.on_pair(request.src, request.dst) if r.request.src_prefix is None]
+        else:
+            others = self._memory.with_prefixes()
+        for other in sorted(others, key=lambda r: (r.created, r.id)):
+            q = other.request
+            if other.id == ignore or not (q.start < request.end and request.start < q.end):
+                continue
+            why = clash(request, q)
+            if why is None:
+                continue
+            window = format_window(q.start, q.end)
+            if request.src_prefix is None:
                 raise FailedPrecondition(
-                    f"{request.src} -> {request.dst} already has {other.name} "
-                    f"{format_window(other.request.start, other.request.end)}; one reservation per DTN pair at a "
-                    "time: modify its bandwidth or end instead, or ask for a window after it"
-                )
+                    f"{request.src} -> {request.dst} already has {other.name} {window}; one reservation per DTN "
+                    "pair at a time (or give each IPv6 prefixes): modify its bandwidth or end instead, or ask for "
+                    "a window after it")
+            raise FailedPrecondition(
+                f"{why} of {other.name} ({q.src} -> {q.dst}, {window}): the switches could not tell the two "
+                "reservations' traffic apart; use prefixes of its own, or a window after it")
 
     def _check_hosts(self, request: PathRequest) -> None:
         """Refuse more than either DTN's host can carry (NIC or PCIe slot, as its agent found)."""
@@ -581,6 +603,8 @@ class ReservationBook:
                               max_hops=path.max_hops)
         if end is not None and end <= self.clock.now():
             raise InvalidArgument(f"end_time: {format_time(end)} is already past")
+        if request.end > old.request.end:
+            self._check_apart(request, ignore=old.id)
         if request.bandwidth > old.request.bandwidth:
             self._check_hosts(request)
         assert old.route is not None
@@ -917,5 +941,6 @@ def _check_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
 
 def _same_request(a: PathRequest, b: PathRequest) -> bool:
     """Whether a retry asks for the same thing (times may differ: 'now' moves between retries)."""
-    keys = ("src", "dst", "bandwidth", "policy", "include", "exclude", "max_hops", "protect")
+    keys = ("src", "dst", "bandwidth", "policy", "include", "exclude", "max_hops", "protect", "src_prefix",
+            "dst_prefix")
     return all(getattr(a, k) == getattr(b, k) for k in keys)

@@ -25,6 +25,7 @@ MAX_PATH = 4096  # a file or directory path (Linux PATH_MAX)
 MAX_TEXT = 4096  # free text an agent reports: errors, notes, warnings
 MAX_SHORT_TEXT = 256  # short free text: a NIC's limit, a pinning method, an agent's version
 MAX_HOPS = 1024  # max_hops of a path request
+MAX_PREFIX = 64  # the text of an IPv6 network: "ffff:...:ffff/128" is 43 characters
 MAX_LIST = 4096  # entries of a host-facts or pinning list (NICs, CPUs, NUMA nodes, ...)
 MAX_OUTCOME_FILES = 100_000  # files listed in a transfer's outcome
 MAX_RATE_BPS = 10**16  # 10 Pbit/s: a reported rate above it is a broken measurement
@@ -37,6 +38,7 @@ MAX_NUMA_NODE = 1023  # Linux's largest (CONFIG_NODES_SHIFT=10); -1 means unknow
 MAX_PORT = 65_535
 MAX_MTU = 1 << 20
 REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+_MULTICAST = ipaddress.IPv6Network("ff00::/8")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
                        r"(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$")
 
@@ -121,6 +123,53 @@ def host(value: str, field: str) -> str:
     return value
 
 
+def ipv6_prefix(value: object, field: str) -> str:
+    """The canonical text of the IPv6 network `value` (`2001:db8:1:2::/64`): written with its
+    prefix length, 1 to 128 (a /64 is the norm), host bits zero, unicast (outside ff00::/8).
+
+    >>> ipv6_prefix("2001:DB8:1:2:0::/64", "src_prefix")
+    '2001:db8:1:2::/64'
+    """
+    example = "write it like 2001:db8:1:2::/64"
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{field}: an IPv6 network ({example}), got {shown(value)}")
+    text(value, field, MAX_PREFIX, required=True)
+    if "/" not in value:
+        raise InvalidArgument(f"{field}: {shown(value)} has no prefix length; {example}")
+    if "%" in value:
+        raise InvalidArgument(f"{field}: {shown(value)} carries a zone; {example}")
+    try:
+        network = ipaddress.IPv6Network(value)
+    except ValueError:
+        try:
+            loose = ipaddress.IPv6Network(value, strict=False)
+        except ValueError:
+            raise InvalidArgument(f"{field}: {shown(value)} is not an IPv6 network; {example}") from None
+        raise InvalidArgument(f"{field}: {shown(value)} has host bits set; the network is {loose}") from None
+    if network.prefixlen == 0:
+        raise InvalidArgument(f"{field}: {network} would match every address; the prefix length must be "
+                              "1 to 128 (a /64 is the norm)")
+    if network.overlaps(_MULTICAST):
+        raise InvalidArgument(f"{field}: {network} reaches into multicast ff00::/8; a prefix names hosts' "
+                              "unicast addresses")
+    return str(network)
+
+
+def prefix_pair(src: object, dst: object) -> tuple[str, str] | tuple[None, None]:
+    """(None, None) when neither prefix is given, else the canonical text of both
+    (`ipv6_prefix`): both or neither, and the two must not overlap."""
+    if src is None and dst is None:
+        return None, None
+    if src is None or dst is None:
+        given, missing = ("dst_prefix", "src_prefix") if src is None else ("src_prefix", "dst_prefix")
+        raise InvalidArgument(f"{missing}: required with {given}; give both prefixes or neither")
+    source, target = ipv6_prefix(src, "src_prefix"), ipv6_prefix(dst, "dst_prefix")
+    if ipaddress.IPv6Network(source).overlaps(ipaddress.IPv6Network(target)):
+        raise InvalidArgument(f"dst_prefix: {target} overlaps src_prefix {source}; each end needs a prefix of "
+                              "its own")
+    return source, target
+
+
 def request_id(value: str, field: str = "request_id") -> str:
     """A client-chosen idempotency key: empty (none), or 1 to 128 printable ASCII characters without spaces."""
     if value and not REQUEST_ID.fullmatch(value):
@@ -137,3 +186,24 @@ def known_dtn(dtns: Container[str], dtn: str, field: str = "dtn", topology: str 
         where = f" of topology {topology}" if topology else ""
         raise NotFound(f"{field}: {shown(dtn)} is not a DTN{where}")
     return dtn
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def domain_name(value: str, field: str = "--domain") -> str:
+    """`value` as a DNS-style network name (lower case letters, digits, hyphens; dot-separated labels
+    of 1-63 characters, at most 253 in all), the name in URNs such as urn:ogf:network:NAME:DTN;
+    `InvalidArgument` naming `field` otherwise."""
+    name = value.strip().lower().rstrip(".")
+    if not name or len(name) > 253 or not all(_DNS_LABEL.match(label) for label in name.split(".")):
+        raise InvalidArgument(f"{field}: {shown(value)} is not a DNS-style name (letters, digits and hyphens in "
+                              "dot-separated labels of 1-63 characters, e.g. sc16.caltech.edu)")
+    return name
+
+
+def default_domain(topology_name: str) -> str:
+    """The network name used when none is given: the topology's name made DNS-style."""
+    name = re.sub(r"[^a-z0-9.-]+", "-", topology_name.lower()).strip("-.")
+    name = ".".join(label.strip("-")[:63] or "x" for label in name.split("."))
+    return name or "tsdn"

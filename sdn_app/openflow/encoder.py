@@ -6,6 +6,9 @@ real `ofproto_v1_3` modules) and returns message objects; nothing is sent here.
 
 - `encode_step(dp, step, scale)`: the messages of one `plans.Step` (none for a BARRIER;
   the fabric sends `barrier(dp)` itself).
+- matches (`match`): in_port, eth_type, then IPv4 (ipv4_src, ipv4_dst exact), ARP (arp_spa,
+  arp_tpa exact) or IPv6 (ip_proto, ipv6_src and ipv6_dst under the prefix's mask, as os-ken's
+  (address, mask) pairs; a /128 exact, the way a switch reports a full mask; icmpv6_type).
 - flows: ADD (`OFPFC_ADD`), MODIFY (`OFPFC_MODIFY_STRICT`, or `OFPFC_ADD` when the cookie
   changes: MODIFY keeps the old cookie), DELETE (`OFPFC_DELETE_STRICT` on match and priority
   with the spec's cookie under an all-ones mask, so another reservation's entry is never hit).
@@ -41,6 +44,7 @@ real `ofproto_v1_3` modules) and returns message objects; nothing is sent here.
 
 from __future__ import annotations
 
+import ipaddress
 import struct
 from collections.abc import Iterable
 from dataclasses import replace
@@ -49,6 +53,7 @@ from typing import Any
 from sdn_app.core.plans import (
     COOKIE_MASK,
     COOKIE_TAG,
+    ETH_TYPE_IPV6,
     IN_PORT,
     MIN_BURST_BITS,
     FlowSpec,
@@ -108,22 +113,39 @@ def _port(dp: Any, port: int) -> int:
     return dp.ofproto.OFPP_IN_PORT if port == IN_PORT else port
 
 
+def _masked(network: str) -> str | tuple[str, str]:
+    """An IPv6 network's OXM value: the address, under its mask unless it is a /128."""
+    net = ipaddress.IPv6Network(network)
+    if net.prefixlen == net.max_prefixlen:
+        return str(net.network_address)
+    return (str(net.network_address), str(net.netmask))
+
+
 def match(dp: Any, flow: FlowSpec) -> Any:
     """The `OFPMatch` of `flow` (fields left None are wildcards).
 
-    Built from its fields in OXM order (in_port, eth_type, then the addresses), which skips
-    os-ken's keyword normalization: 2 us instead of 35 us a match, the bulk of encoding a flow.
+    Built from its fields in OXM order (in_port, eth_type, ip_proto, the addresses, then
+    icmpv6_type), which skips os-ken's keyword normalization: 2 us instead of 35 us a match, the
+    bulk of encoding a flow.
     """
     m = flow.match
     fields: list[tuple[str, Any]] = []
     if m.in_port is not None:
         fields.append(("in_port", m.in_port))
     fields.append(("eth_type", m.eth_type))
+    if m.ip_proto is not None:
+        fields.append(("ip_proto", m.ip_proto))
     source, target = ("arp_spa", "arp_tpa") if m.eth_type == ETH_TYPE_ARP else ("ipv4_src", "ipv4_dst")
     if m.ipv4_src is not None:
         fields.append((source, m.ipv4_src))
     if m.ipv4_dst is not None:
         fields.append((target, m.ipv4_dst))
+    if m.ipv6_src is not None:
+        fields.append(("ipv6_src", _masked(m.ipv6_src)))
+    if m.ipv6_dst is not None:
+        fields.append(("ipv6_dst", _masked(m.ipv6_dst)))
+    if m.icmpv6_type is not None:
+        fields.append(("icmpv6_type", m.icmpv6_type))
     return dp.ofproto_parser.OFPMatch(_ordered_fields=fields)
 
 
@@ -430,7 +452,13 @@ def describe_error(ofp: Any, type_: int, code: int) -> str:
 # (the caller deletes it as reported: `delete_flow_as_held`).
 
 NO_OUTPUT = -1  # the output of a flow or bucket whose actions are not one output (or one group)
-_MATCH_FIELDS = frozenset({"in_port", "eth_type", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"})
+_MATCH_FIELDS = frozenset({"in_port", "eth_type", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "ip_proto",
+                           "ipv6_src", "ipv6_dst", "icmpv6_type"})
+_ALL_ONES_128 = (1 << 128) - 1
+_MASKABLE = frozenset({"ipv6_src", "ipv6_dst"})  # the only fields tsdn matches under a mask
+# The fields of each family of flow tsdn writes (in_port and eth_type aside).
+_FAMILY_FIELDS = {0x0800: frozenset({"ipv4_src", "ipv4_dst"}), ETH_TYPE_ARP: frozenset({"arp_spa", "arp_tpa"}),
+                  ETH_TYPE_IPV6: frozenset({"ip_proto", "ipv6_src", "ipv6_dst", "icmpv6_type"})}
 _GROUP_TYPES = {"OFPGT_ALL": "all", "OFPGT_SELECT": "select", "OFPGT_INDIRECT": "indirect", "OFPGT_FF": "ff"}
 
 
@@ -474,23 +502,42 @@ def held_meter(meter: MeterSpec, scale: float = 1.0) -> MeterSpec:
     return replace(meter, rate_bps=_unscaled(rate, scale), burst_bits=_unscaled(burst, scale))
 
 
+def _network(value: str | tuple[str, str], where: str, name: str) -> str:
+    """The canonical network text of a reported IPv6 field: an address (a /128) or (address, mask)."""
+    address, mask = value if isinstance(value, tuple) else (value, None)
+    try:
+        length = 128
+        if mask is not None:
+            hosts = ~int(ipaddress.IPv6Address(mask)) & _ALL_ONES_128
+            if hosts & (hosts + 1):
+                raise ValueError("not a prefix mask")
+            length -= hosts.bit_length()
+        return str(ipaddress.IPv6Network(f"{address}/{length}"))
+    except ValueError:
+        shown = address if mask is None else f"{address} mask {mask}"
+        raise ValueError(f"{where} matches {name} {shown}, which is no IPv6 prefix tsdn writes") from None
+
+
 def _decoded_match(stats: Any, switch: str) -> Match:
     fields = dict(stats.match.items())
     where = f"{switch}: flow cookie {stats.cookie:#x} priority {stats.priority}"
-    odd = sorted(set(fields) - _MATCH_FIELDS)
+    eth_type = fields.get("eth_type")
+    allowed = _MATCH_FIELDS if eth_type is None else {"in_port", "eth_type", *_FAMILY_FIELDS.get(eth_type, ())}
+    odd = sorted(set(fields) - allowed)
     if odd:
-        raise ValueError(f"{where} matches {', '.join(odd)}, which tsdn never matches")
-    masked = sorted(k for k, v in fields.items() if isinstance(v, tuple))
+        with_type = "" if eth_type is None else f" with eth_type {eth_type:#06x}"
+        raise ValueError(f"{where} matches {', '.join(odd)}, which tsdn never matches{with_type}")
+    masked = sorted(k for k, v in fields.items() if isinstance(v, tuple) and k not in _MASKABLE)
     if masked:
         raise ValueError(f"{where} matches {', '.join(masked)} under a mask, which tsdn never uses")
-    if "eth_type" not in fields:
+    if eth_type is None:
         raise ValueError(f"{where} matches no eth_type; tsdn flows always do")
-    eth_type = fields["eth_type"]
+    if eth_type == ETH_TYPE_IPV6:
+        return Match(in_port=fields.get("in_port"), eth_type=eth_type, ip_proto=fields.get("ip_proto"),
+                     ipv6_src=_network(fields["ipv6_src"], where, "ipv6_src") if "ipv6_src" in fields else None,
+                     ipv6_dst=_network(fields["ipv6_dst"], where, "ipv6_dst") if "ipv6_dst" in fields else None,
+                     icmpv6_type=fields.get("icmpv6_type"))
     source, target = ("arp_spa", "arp_tpa") if eth_type == ETH_TYPE_ARP else ("ipv4_src", "ipv4_dst")
-    foreign = sorted(k for k in ("ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa") if k in fields and k not in
-                     (source, target))
-    if foreign:
-        raise ValueError(f"{where} matches {', '.join(foreign)} with eth_type {eth_type:#06x}")
     return Match(in_port=fields.get("in_port"), eth_type=eth_type, ipv4_src=fields.get(source),
                  ipv4_dst=fields.get(target))
 
@@ -509,8 +556,10 @@ def flow_from_stats(dp: Any, stats: Any, switch: str) -> FlowSpec:
     """The `FlowSpec` of a flow entry as `dp` reports it (an `OFPFlowStats`), on `switch`.
 
     Instructions other than an optional meter and one apply-actions with one output or group
-    action decode as output `NO_OUTPUT`. Raises ValueError naming the field when the match is
-    not one tsdn writes (other fields, masks, no eth_type).
+    action decode as output `NO_OUTPUT`. IPv6 addresses decode as networks (`plans.Match`: under
+    their mask, or a /128 without one). Raises ValueError naming the field when the match is not
+    one tsdn writes (other fields or fields of another eth_type, masks other than an IPv6
+    prefix's, no eth_type).
     """
     ofp, parser = dp.ofproto, dp.ofproto_parser
     found = _decoded_match(stats, switch)

@@ -53,6 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="weight among elastic reservations, at most your own (default: your own)")
     request.add_argument("--ceiling", metavar="BW",
                          help="elastic: share spare capacity up to BW by priority; --bandwidth is the floor")
+    request.add_argument("--src-prefix", metavar="PREFIX",
+                         help="match the traffic by IPv6 prefixes instead of the DTNs' IPv4 addresses: the "
+                              "source side's, e.g. 2001:db8:10:1::/64 (with --dst-prefix)")
+    request.add_argument("--dst-prefix", metavar="PREFIX", help="the destination side's IPv6 prefix")
     request.add_argument("--no-wait", action="store_true",
                          help="return at once instead of waiting until the switches confirm (ACTIVE) or refuse")
     _client_options(request, run_request)
@@ -199,6 +203,8 @@ def _print_reservation(r, args: argparse.Namespace) -> None:
     print(f"{r.name}  {pb.ReservationState.Name(r.state)}  owner {r.owner}")
     print(f"  {r.source_dtn} -> {r.destination_dtn}: {format_bandwidth(r.bandwidth_bps)}, "
           f"{pb.PathPolicy.Name(r.policy).lower()}, {format_window(_epoch(r.start_time), end)}")
+    if r.src_prefix:
+        print(f"  traffic: IPv6 {r.src_prefix} <-> {r.dst_prefix}")
     if r.ceiling_bps:
         print(f"  elastic: floor {format_bandwidth(r.bandwidth_bps)}, ceiling {format_bandwidth(r.ceiling_bps)}, "
               f"share now {format_bandwidth(r.share_bps)}, priority {r.priority}")
@@ -244,6 +250,7 @@ def run_request(args: argparse.Namespace, client) -> int:
         request_id=args.request_id, validate_only=args.validate_only, hold=args.hold,
         manual_provision=args.manual_provision, priority=_priority(args.priority, allow_zero=True),
         ceiling_bps=parse_bandwidth(args.ceiling, "--ceiling") if args.ceiling else 0,
+        src_prefix=args.src_prefix or "", dst_prefix=args.dst_prefix or "",
     )
     from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 

@@ -125,7 +125,7 @@ class Path(_message.Message):
     def __init__(self, route: _Optional[_Iterable[str]] = ..., hops: _Optional[_Iterable[_Union[Hop, _Mapping]]] = ..., links: _Optional[_Iterable[str]] = ..., hop_count: _Optional[int] = ..., latency_ms: _Optional[float] = ..., free_bps: _Optional[int] = ..., bottleneck: _Optional[str] = ...) -> None: ...
 
 class Reservation(_message.Message):
-    __slots__ = ("name", "id", "owner", "source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "state", "state_reason", "path", "backup_path", "create_time", "update_time", "history", "hold_expire_time", "provision", "priority", "ceiling_bps", "share_bps", "schedule")
+    __slots__ = ("name", "id", "owner", "source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "state", "state_reason", "path", "backup_path", "create_time", "update_time", "history", "hold_expire_time", "provision", "priority", "ceiling_bps", "share_bps", "schedule", "src_prefix", "dst_prefix")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +161,8 @@ class Reservation(_message.Message):
     CEILING_BPS_FIELD_NUMBER: _ClassVar[int]
     SHARE_BPS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    SRC_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    DST_PREFIX_FIELD_NUMBER: _ClassVar[int]
     name: str
     id: str
     owner: str
@@ -189,7 +191,9 @@ class Reservation(_message.Message):
     ceiling_bps: int
     share_bps: int
     schedule: _containers.RepeatedCompositeFieldContainer[ScheduleStep]
-    def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[ReservationHistory, _Mapping]]] = ..., hold_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provision: _Optional[bool] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ..., share_bps: _Optional[int] = ..., schedule: _Optional[_Iterable[_Union[ScheduleStep, _Mapping]]] = ...) -> None: ...
+    src_prefix: str
+    dst_prefix: str
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[ReservationHistory, _Mapping]]] = ..., hold_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provision: _Optional[bool] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ..., share_bps: _Optional[int] = ..., schedule: _Optional[_Iterable[_Union[ScheduleStep, _Mapping]]] = ..., src_prefix: _Optional[str] = ..., dst_prefix: _Optional[str] = ...) -> None: ...
 
 class ScheduleStep(_message.Message):
     __slots__ = ("start_time", "end_time", "bandwidth_bps")
@@ -346,7 +350,7 @@ class Hold(_message.Message):
     def __init__(self, moved_ago_seconds: _Optional[float] = ..., hold_down_seconds: _Optional[float] = ..., moves: _Optional[int] = ..., window_seconds: _Optional[float] = ..., budget: _Optional[int] = ...) -> None: ...
 
 class CreateReservationRequest(_message.Message):
-    __slots__ = ("source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "validate_only", "hold", "manual_provision", "priority", "ceiling_bps")
+    __slots__ = ("source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "duration", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "validate_only", "hold", "manual_provision", "priority", "ceiling_bps", "src_prefix", "dst_prefix")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -372,6 +376,8 @@ class CreateReservationRequest(_message.Message):
     MANUAL_PROVISION_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CEILING_BPS_FIELD_NUMBER: _ClassVar[int]
+    SRC_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    DST_PREFIX_FIELD_NUMBER: _ClassVar[int]
     source_dtn: str
     destination_dtn: str
     bandwidth_bps: int
@@ -390,7 +396,9 @@ class CreateReservationRequest(_message.Message):
     manual_provision: bool
     priority: int
     ceiling_bps: int
-    def __init__(self, source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., validate_only: _Optional[bool] = ..., hold: _Optional[bool] = ..., manual_provision: _Optional[bool] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ...) -> None: ...
+    src_prefix: str
+    dst_prefix: str
+    def __init__(self, source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., validate_only: _Optional[bool] = ..., hold: _Optional[bool] = ..., manual_provision: _Optional[bool] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ..., src_prefix: _Optional[str] = ..., dst_prefix: _Optional[str] = ...) -> None: ...
 
 class GetReservationRequest(_message.Message):
     __slots__ = ("name",)
