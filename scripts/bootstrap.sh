@@ -41,6 +41,17 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     touch "$stamp"
 fi
 
+# The OpenALTO client that tests/test_alto.py drives: not on PyPI (the name `alto` there is another
+# project), so from the shared tools when they are beside the repository; its client only (README.md there).
+openalto=(../shared/tools/openalto/openalto-src-*.tar.gz)
+if [ -f "${openalto[0]}" ] && ! .venv/bin/python -c 'import alto.client, pytricia' 2>/dev/null; then
+    unpacked=$(mktemp -d)
+    tar -xzf "${openalto[0]}" -C "$unpacked"
+    .venv/bin/python -m pip install -q --disable-pip-version-check requests pytricia
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$unpacked/openalto-src"
+    rm -rf "$unpacked"
+fi
+
 # Open vSwitch in userspace (ENVIRONMENT.md); its ulimit warning is harmless.
 if [ "$(id -u)" -eq 0 ] && ! ovs-vsctl --timeout=5 show >/dev/null 2>&1; then
     /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor >/dev/null 2>&1 || true

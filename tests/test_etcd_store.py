@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from sdn_app.core import transfer_store
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import Fenced, NoCapacity
 from sdn_app.core.ledger import Ledger
@@ -122,3 +123,19 @@ def test_a_deposed_leaders_flush_lands_nowhere(etcd, topology):
     assert late.id not in stored(client, "reservations")
     assert new.get(ADMIN, before.name).state is before.state
     assert new.create(ADMIN, request("dtn2", "dtn6", 10)).state.value in ("ACTIVE", "PROVISIONING")
+
+
+def test_a_row_upserted_twice_in_one_batch_is_stored_once(etcd, topology):
+    """The stores write with upserts (a transfer, an agent, a SENSE instance saved again in the same
+    batch); the replica's change capture must not fail them ("UNIQUE constraint failed")."""
+    client = Etcd(etcd.url)
+    book = leader_book(client, topology)
+    ledger = book.ledger
+    ledger.write(transfer_store.create_table)
+    for state in ("QUEUED", "RUNNING"):
+        row = transfer_store.Row(id="t1", owner="rucio", request_id="", reservation_id="", state=state,
+                                 body={"state": state})
+        ledger.write(lambda db, row=row: (transfer_store.save(db, row), transfer_store.save(db, row)))
+    ledger.flush()
+    row = json.loads(unb64(stored(client, "transfers")["t1"]["value"]))
+    assert row["state"] == "RUNNING" and json.loads(row["body"])["state"] == "RUNNING"

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2
 
 from northbound.auth import is_loopback
 from northbound.loop import LoopThread
-from northbound.server import SERVICES, api_access, api_server, bind, host_port
+from northbound.server import SERVICES, api_access, api_server, bind, host_port, http_ssl_context
 from northbound.streams import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_PRINCIPAL, StreamLimits, StreamSlots
 from sdn_app.core.agents import DEFAULT_HEARTBEAT_TIMEOUT, AgentRegistry
 from sdn_app.core.clock import Clock, SystemClock
@@ -29,7 +29,14 @@ from sdn_app.core.shares import DEFAULT_SHARE_STEP
 from sdn_app.core.topology import Topology
 from sdn_app.core.transfers import TransferDesk
 from sdn_app.core.utilization import DirectionLoad
+from sdn_app.core.validation import default_domain, domain_name
 from sdn_app.openflow.provisioner import provisioned_worker
+from sdn_app.web.alto import AltoApi
+from sdn_app.web.api import ApiContext, HttpApi
+from sdn_app.web.api import StreamSlots as WebStreamSlots
+from sdn_app.web.live import LiveMap
+from sdn_app.web.sense import SenseApi
+from sdn_app.web.server import WebLimits, WebServer
 from sdn_app.worker import CoreWorker
 
 log = logging.getLogger(__name__)
@@ -53,6 +60,8 @@ class ControllerConfig:
     agent_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT  # seconds without a heartbeat before an agent is LOST
     listen_http: str | None = None  # live map + /metrics (HOST:PORT; `tsdn controller` defaults to 127.0.0.1:8080)
     http_required: bool = True  # False: a busy listen_http is a warning (the CLI's default address), not an error
+    domain: str | None = None  # the network's DNS-style name (SENSE URNs, NSI); None: from the topology's name
+    web_limits: WebLimits = field(default_factory=WebLimits)  # what the HTTP side takes from its clients
     allow_plaintext_tokens: bool = False  # serve --tokens without TLS beyond loopback (warned about loudly)
     keep_ended: float = DEFAULT_KEEP_ENDED  # seconds an ended reservation stays in memory (inf: for good)
     hold_timeout: float = DEFAULT_HOLD_TIMEOUT  # seconds a two-phase hold waits for its commit
@@ -107,10 +116,21 @@ class Controller:
         self.config = config
         self._own_fabric = fabric is None
         self.auth, credentials, self.plaintext_tokens = api_access(config)
+        self.domain = domain_name(config.domain) if config.domain is not None else None
+        self.http_tls = http_ssl_context(config) if config.listen_http is not None else None
+        if (config.listen_http is not None and config.tokens is not None and self.http_tls is None
+                and not is_loopback(config.listen_http)):
+            if not config.allow_plaintext_tokens:
+                raise InvalidArgument(
+                    f"--listen-http {config.listen_http}: the SENSE and ALTO APIs there take bearer tokens, which "
+                    "would cross the network in plaintext. Serve TLS (--tls-cert and --tls-key), listen on "
+                    "loopback, or, on a network you trust, say so with --allow-plaintext-tokens")
+            self.plaintext_tokens = [*self.plaintext_tokens, config.listen_http]
         if not 0 < config.emulation_scale <= 1:
             raise InvalidArgument(f"--emulation-scale: must be in (0, 1], got {config.emulation_scale}")
         self.streams = StreamSlots(StreamLimits(config.max_streams, config.max_streams_per_principal))
         self.topology = Topology.load(config.topology)
+        self.domain = self.domain or default_domain(self.topology.name)
         for warning in self.topology.unreachable_dtn_warnings():  # as `tsdn topo validate` says
             log.warning("%s: %s", config.topology, warning)
         for principal, dtn in sorted(self.auth.agent_dtns.items()):
@@ -153,45 +173,54 @@ class Controller:
             self.worker = provisioned_worker(self.book, self.fabric, tickers=tickers)
         else:
             self.worker = CoreWorker(self.book, tickers=tickers)
-        # --- live map and /metrics (sdn_app/web) ---
-        self.web = None
-        if config.listen_http is not None:
-            self.web = self._web_server(config.listen_http)
-        # --- end live map ---
-        # gRPC on asyncio, on a loop thread of its own: however many streams are open, they hold no
-        # thread, and unary calls never queue behind them (see RPC_THREADS).
+        # gRPC and the HTTP side on asyncio, on a loop thread of their own: however many streams are
+        # open, they hold no thread, and unary calls never queue behind them (see RPC_THREADS).
         before_bind()
         self.loop = LoopThread("tsdn-grpc")
+        self.web = None
         try:
             self.health, self.server, self._pool = self.loop.run(
                 api_server(self.worker, self.auth, self.streams, self.agents, self.transfers, self.fabric))
             self.port = bind(self.loop, self.server, config, credentials)
+            if config.listen_http is not None:
+                self.web = self._web_server(config.listen_http)
         except BaseException:
             self.loop.close()
             self.ledger.close()
+            if self.fabric is not None and self._own_fabric:
+                self.fabric.stop()
             raise
 
-    def _web_server(self, address: str):
-        """The read-only HTTP server of the live map and /metrics, bound (served from `start`)."""
-        from sdn_app.web import LiveMap, WebServer
-
+    def _web_server(self, address: str) -> WebServer | None:
+        """The HTTP side (live map, /metrics, SENSE, ALTO), bound on the loop (served from `start`)."""
         host, port = host_port(address, "--listen-http")
         live = LiveMap(self.worker, self.topology, self.fabric, self.config.emulation_scale)
         live.metrics.set_ledger_repairs(repair_counts(self.book.repairs))  # all made while loading, before this
+        auth = self.auth
+
+        def authenticate(header: str | None) -> Principal:
+            return auth.authenticate([("authorization", header)] if header is not None else [])
+
+        limits = self.config.web_limits
+        streams = WebStreamSlots(limits.max_streams, limits.max_streams_per_client)
+        context = ApiContext(worker=self.worker, topology=self.topology, domain=self.domain, clock=self.config.clock,
+                             loads=self.fabric.utilization if self.fabric is not None else dict,
+                             streams=streams, wall_clock=live.wall_clock, authenticate=authenticate)
+        web = WebServer(live, (host, port), authenticate=authenticate, ssl_context=self.http_tls,
+                        limits=limits, apis=_http_apis(context), streams=streams,
+                        loopback_only=self.auth.development_mode)
         try:
-            web = WebServer(live, (host, port))
+            self.loop.run(web.bind())
         except OSError as exc:
             if not self.config.http_required:
                 log.warning("no live map: cannot listen on %s (%s); give --listen-http another address",
                             address, exc.strerror or exc)
                 return None
-            self.ledger.close()
-            if self.fabric is not None and self._own_fabric:
-                self.fabric.stop()
             raise FailedPrecondition(f"--listen-http {address}: cannot listen there ({exc.strerror or exc})") from None
         if not is_loopback(address):
             log.warning("the live map and /metrics on %s are read-only but visible to anyone who can reach "
-                        "that address (no authentication)", web.address)
+                        "that address (no token asked; the SENSE and ALTO APIs beside them ask for one)",
+                        web.address)
         return web
 
     @property
@@ -220,9 +249,11 @@ class Controller:
             book, worker = self.book, self.worker
             self.fabric.link_listener = lambda link, up, reason: worker.submit(book.set_link_state, link, up, reason)
         self.loop.run(self.server.start())
-        if self.web is not None:  # live map
-            self.web.start()
-            log.info("live map on http://%s/ (Prometheus metrics at /metrics)", self.web.address)
+        if self.web is not None:
+            self.web.live.start()
+            scheme = self.web.scheme
+            log.info("live map on %s://%s/ (Prometheus metrics at /metrics; SENSE API at /sense/api, ALTO "
+                     "directory at /alto/directory, domain %s)", scheme, self.web.address, self.domain)
         for service in ("", *SERVICES):
             self.loop.run(self.health.set(service, health_pb2.HealthCheckResponse.SERVING))
         if self.auth.development_mode:
@@ -235,15 +266,21 @@ class Controller:
 
     def stop(self, grace: float = 2.0) -> None:
         """Stop serving (in-flight calls get `grace` seconds), stop the worker, close the database."""
+        if self.web is not None and self.loop.running:
+            self.web.live.stop()  # wakes every map stream
+            self.loop.run(self.web.stop(), timeout=grace + 5)
         if self.loop.running:
             self.loop.run(self.health.enter_graceful_shutdown())
             self.worker.close_watchers()
             self.loop.run(self.server.stop(grace), timeout=grace + 5)
             self.loop.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
-        if self.web is not None:  # live map
-            self.web.stop()
         self.worker.stop()
         if self.fabric is not None and self._own_fabric:
             self.fabric.stop()
         self.ledger.close()
+
+
+def _http_apis(context: ApiContext) -> list[HttpApi]:
+    """The APIs mounted beside the live map: SENSE under /sense/api, ALTO under /alto."""
+    return [SenseApi(context), AltoApi(context)]

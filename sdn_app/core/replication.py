@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 # The tables held in the shared store, each keyed by its `id` column.
-REPLICATED_TABLES = ("bookings", "reservations", "transfers", "agents")
+REPLICATED_TABLES = ("bookings", "reservations", "transfers", "agents",
+                     "sense_instances", "sense_profiles", "sense_addresses")  # the last three: sense_store
 _CHANGED = "tsdn_changed"  # a temporary table
 
 
@@ -76,7 +77,10 @@ class Replication:
                     self.db.execute(
                         f"CREATE TEMP TRIGGER IF NOT EXISTS tsdn_{table}_{event.lower()}_{row.lower()} "
                         f"AFTER {event} ON main.{table} BEGIN "
-                        f"INSERT OR IGNORE INTO {_CHANGED} VALUES ('{table}', {row}.id); END")
+                        # not INSERT OR IGNORE: an upsert's ON CONFLICT (the outer statement's
+                        # policy) would override the IGNORE and fail on a row changed twice
+                        f"INSERT INTO {_CHANGED} SELECT '{table}', {row}.id WHERE NOT EXISTS "
+                        f"(SELECT 1 FROM {_CHANGED} WHERE tbl='{table}' AND id={row}.id); END")
                 self._loaded.add(table)
 
     def _fill(self, table: str) -> None:

@@ -1,10 +1,11 @@
 """The topology file format (YAML): schema, loading, and errors that name file and field.
 
 A file declares switches (name, dpid, ports), links (two ends by switch and port, capacity
-per direction, optional latency, kind), DTNs (switch port, IPv4, MAC, NIC speed, NUMA node)
-and sites (coordinates and member switches, for the map). `load_topology_spec` returns a
-fully checked `TopologySpec` or raises `TopologyError` listing every problem as
-`FILE: field.path: what is wrong`; nothing is half-loaded.
+per direction, optional latency, kind), DTNs (switch port, IPv4, MAC, NIC speed, NUMA node,
+optionally the IPv6 pool the SENSE API allocates /64s from) and sites (coordinates and member
+switches, for the map). `load_topology_spec` returns a fully checked `TopologySpec` or raises
+`TopologyError` listing every problem as `FILE: field.path: what is wrong`; nothing is
+half-loaded.
 
 Every file tsdn reads as YAML (topologies, tokens, scenarios) goes through `read_text_file`
 and `read_yaml`, which bound what a hostile or careless file can cost: its size, how deep
@@ -47,6 +48,9 @@ MAX_PORTS = 32768  # over all switches
 MAX_DESCRIPTION = 1024  # characters, of a switch, link or DTN
 MAX_TOPOLOGY_DESCRIPTION = 4096
 MAX_PROBLEMS_SHOWN = 50  # an error lists this many problems, then counts the rest
+# A DTN's `ipv6_pool`: a /56 (256 /64s) to a /64 (one). The SENSE API allocates /64s from it (one
+# per Rucio rule) and lists every /64 of it in its manifest (docs/sense.md).
+MIN_POOL_PREFIX = 56
 
 # Limits of any YAML file tsdn reads: they keep parsing and validation bounded (no
 # RecursionError, no alias bombs, no 5,000-digit integers).
@@ -160,12 +164,36 @@ def _ipv4(value: Any) -> str:
     return str(address)
 
 
+def _ipv6_pool(value: Any) -> str:
+    """An IPv6 network of unicast addresses, a /56 to a /64, host bits zero: `2001:db8:16:100::/56`."""
+    if not isinstance(value, str) or len(value) > _TEXT_CHARS:
+        raise PydanticCustomError("ipv6_pool", "expected an IPv6 network like 2001:db8:16:100::/56")
+    try:
+        network = ipaddress.IPv6Network(value)
+    except ValueError:
+        try:
+            loose = ipaddress.IPv6Network(value, strict=False)
+        except ValueError:
+            raise PydanticCustomError("ipv6_pool", "expected an IPv6 network like 2001:db8:16:100::/56, got {value}",
+                                      {"value": shown(value)}) from None
+        raise PydanticCustomError("ipv6_pool", "{value} has host bits set; the network is {network}",
+                                  {"value": shown(value), "network": str(loose)}) from None
+    if not MIN_POOL_PREFIX <= network.prefixlen <= 64:
+        raise PydanticCustomError("ipv6_pool", "{value}: a pool is a /{low} to a /64", {"value": str(network),
+                                                                                       "low": MIN_POOL_PREFIX})
+    if network.is_multicast or network.is_link_local or network.is_loopback or network.is_unspecified:
+        raise PydanticCustomError("ipv6_pool", "{value} is not unicast host space (global, ULA or documentation "
+                                  "2001:db8::/32)", {"value": str(network)})
+    return str(network)
+
+
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 Bandwidth = Annotated[int, BeforeValidator(_bandwidth)]
 Dpid = Annotated[int, BeforeValidator(_dpid)]
 Ports = Annotated[list[int], BeforeValidator(_ports)]
 Mac = Annotated[str, BeforeValidator(_mac)]
 IPv4 = Annotated[str, BeforeValidator(_ipv4)]
+IPv6Pool = Annotated[str, BeforeValidator(_ipv6_pool)]
 Port = Annotated[int, Field(ge=1, le=MAX_PORT, strict=True)]
 Description = Annotated[str, Field(max_length=MAX_DESCRIPTION)]
 
@@ -215,6 +243,8 @@ class DtnSpec(_Strict):
     nic_speed: Bandwidth
     numa_node: Annotated[int, Field(ge=-1, le=255, strict=True)] = -1
     description: Description = ""
+    # Where the SENSE API allocates this DTN's IPv6 prefixes (one /64 per Rucio rule): docs/sense.md.
+    ipv6_pool: IPv6Pool | None = None
 
 
 class SiteSpec(_Strict):
@@ -518,6 +548,16 @@ def check_consistency(spec: TopologySpec) -> list[str]:
                 problems.append(f"{where}.{field}: {value} is already used by {seen[value]}")
             else:
                 seen[value] = f"dtn {dtn.name}"
+
+    pools: list[tuple[ipaddress.IPv6Network, str]] = []
+    for i, dtn in enumerate(spec.dtns):
+        if dtn.ipv6_pool is None:
+            continue
+        pool = ipaddress.IPv6Network(dtn.ipv6_pool)
+        clash = next((owner for other, owner in pools if other.overlaps(pool)), None)
+        if clash is not None:
+            problems.append(f"dtns[{i}].ipv6_pool: {pool} overlaps the pool of dtn {clash}")
+        pools.append((pool, dtn.name))
 
     site_of: dict[str, str] = {}
     site_names: set[str] = set()

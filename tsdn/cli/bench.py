@@ -73,6 +73,17 @@ def register(commands: argparse._SubParsersAction) -> None:
                             "60 with --quick)")
     share.add_argument("--seed", type=int, default=16, help="random seed for claims and perturbations")
     share.set_defaults(run=run_share)
+    sense = sub.add_parser("sense", help="SENSE instances created, provisioned and cancelled per second by 16 "
+                                         "sense-o-api clients, and provision to flows installed, against gRPC "
+                                         "(ledger only; on sc16 in Mininet too with root, Mininet, OVS)")
+    sense.add_argument("--quick", action="store_true", help="96 instances; finishes in under a minute")
+    sense.add_argument("--instances", type=_claims, metavar="N",
+                       help="instances (and baseline reservations), one per ordered DTN pair (default 600; 96 with "
+                            "--quick)")
+    sense.add_argument("--clients", type=_claims, default=16, metavar="N", help="concurrent clients (default 16)")
+    sense.add_argument("--ledger-only", action="store_true", help="skip the run on switches in Mininet")
+    sense.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
+    sense.set_defaults(run=run_sense)
     failover = sub.add_parser("failover", help="kill -9 of the leader of 3 controllers sharing etcd, ring8 in Mininet: "
                                                "time to a new OpenFlow MASTER and to the first admission, what was "
                                                "lost; admissions per second on etcd against SQLite (needs root, "
@@ -81,6 +92,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     failover.add_argument("--etcd-cluster", type=int, choices=(1, 3), default=1, metavar="N",
                           help="etcd members on loopback: 1 (default) or 3")
     failover.set_defaults(run=run_failover)
+    alto = sub.add_parser("alto", help="ALTO endpoint cost queries per second over HTTP from concurrent clients, "
+                                       "against gRPC QueryAvailability and networkx on the same DTN pairs")
+    alto.add_argument("--quick", action="store_true", help="3 s phases; finishes in under 40 s")
+    alto.add_argument("--clients", type=_whole(1), default=16, help="concurrent clients (default 16)")
+    alto.add_argument("--seconds", type=float, metavar="S", help="length of each measured phase (default 15; 3 "
+                                                                  "with --quick)")
+    alto.add_argument("--seed", type=int, default=16, help="random seed for the order of the DTN pairs")
+    alto.set_defaults(run=run_alto)
 
 
 def run_paths(args: argparse.Namespace) -> int:
@@ -162,3 +181,18 @@ def run_failover(args: argparse.Namespace) -> int:
     from benchmarks.failover import main
 
     return main(quick=args.quick, etcd_members=args.etcd_cluster)
+
+
+def run_alto(args: argparse.Namespace) -> int:
+    """`tsdn bench alto [--quick] [--clients N] [--seconds S] [--seed S]`."""
+    from benchmarks.alto import main
+
+    return main(quick=args.quick, clients=args.clients, seconds=args.seconds, seed=args.seed)
+
+
+def run_sense(args: argparse.Namespace) -> int:
+    """`tsdn bench sense [--quick] [--instances N] [--clients N] [--ledger-only] [--seed S]`."""
+    from benchmarks.sense import main
+
+    return main(quick=args.quick, instances=args.instances, clients=args.clients, seed=args.seed,
+                ledger_only=args.ledger_only)

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from northbound.auth import MAX_TOKENS, MAX_TOKENS_FILE_BYTES
 from sdn_app.core.rerouting.policy import ReroutePolicy
@@ -79,9 +80,21 @@ def register(commands: argparse._SubParsersAction) -> None:
                              "LP by HiGHS, the same shares, about 70 ms); docs/api.md")
     http = parser.add_mutually_exclusive_group()
     http.add_argument("--listen-http", metavar="HOST:PORT",
-                      help="serve the live traffic map and Prometheus /metrics here (read-only; default "
+                      help="serve the live traffic map, Prometheus /metrics, the SENSE API (/sense/api) and "
+                           "ALTO (/alto/directory) here (default "
                            f"{DEFAULT_HTTP}, skipped with a warning when that port is busy)")
     http.add_argument("--no-http", action="store_true", help="serve no live map and no /metrics")
+    parser.add_argument("--http-max-connections", type=int, default=512, metavar="N",
+                        help="HTTP connections open at once; one more gets 503 (default 512)")
+    parser.add_argument("--http-max-body", type=int, default=1024 * 1024, metavar="BYTES",
+                        help="largest HTTP request body (SENSE intents, ALTO filters); larger gets 413 "
+                             "(default 1 MiB)")
+    parser.add_argument("--http-max-streams", type=int, default=64, metavar="N",
+                        help="server-sent-event streams (live map pages, ALTO update streams) open at once; "
+                             "one more gets 503 (default 64, at most 8 per client)")
+    parser.add_argument("--domain", metavar="NAME",
+                        help="this network's DNS-style name, e.g. sc16.caltech.edu: SENSE terminals are "
+                             "urn:ogf:network:NAME:DTN (default: the topology's name)")
     parser.add_argument("--max-streams", type=int, default=2000, metavar="N",
                         help="server streams (WatchReservations, WatchAgents, WatchTransfer, TakeJobs, health "
                              "Watch, reflection) open at once in all; one more gets RESOURCE_EXHAUSTED (default 2000)")
@@ -99,6 +112,21 @@ def register(commands: argparse._SubParsersAction) -> None:
                              help=f"{text} (default {default:g})")
     parser.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.set_defaults(run=run_controller)
+
+
+def _web_limits(args: argparse.Namespace) -> Any:
+    """The HTTP side's limits from --http-max-*; `InvalidArgument` naming a flag out of range."""
+    from sdn_app.core.errors import InvalidArgument
+    from sdn_app.web.server import WebLimits
+
+    for flag, value, low, high in (("--http-max-connections", args.http_max_connections, 1, 65536),
+                                   ("--http-max-body", args.http_max_body, 1024, 1 << 30),
+                                   ("--http-max-streams", args.http_max_streams, 1, 10000)):
+        if not low <= value <= high:
+            raise InvalidArgument(f"{flag}: must be from {low} to {high}, got {value}")
+    return WebLimits(max_connections=args.http_max_connections, max_body_bytes=args.http_max_body,
+                     max_streams=args.http_max_streams,
+                     max_streams_per_client=min(WebLimits.max_streams_per_client, args.http_max_streams))
 
 
 _REROUTE_OPTIONS = (
@@ -148,7 +176,8 @@ def run_controller(args: argparse.Namespace) -> int:
                               emulation_scale=args.emulation_scale,
                               agent_timeout=args.agent_timeout,
                               listen_http=None if args.no_http else args.listen_http or DEFAULT_HTTP,
-                              http_required=args.listen_http is not None,
+                              http_required=args.listen_http is not None, domain=args.domain,
+                              web_limits=_web_limits(args),
                               allow_plaintext_tokens=args.allow_plaintext_tokens,
                               keep_ended=parse_keep_ended(args.keep_ended),
                               hold_timeout=_hold_timeout(args.hold_timeout),

@@ -1,0 +1,116 @@
+"""What an HTTP API served beside the live map (SENSE under /sense/api, ALTO under /alto) is given,
+and what it gives the server.
+
+The server (sdn_app/web/server.py) owns the listening socket, TLS, the limits and the bearer
+tokens. For every request under an API's `prefix` it authenticates the caller first (the
+principal is then `request[PRINCIPAL]`; paths in `public` skip that), and turns what a handler
+raises into the API's own error body through `error`:
+
+- a core error (`sdn_app.core.errors`): its HTTP status (`HTTP_STATUS`) and its message;
+- an aiohttp `HTTPException` (413 for a body over the limit, 405, 404 for no route...): its status.
+
+So a handler just raises `InvalidArgument("intent: ...")` and the caller sees the protocol's
+error format with status 400, and nothing was changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from sdn_app.core.clock import Clock
+from sdn_app.core.errors import TsdnError
+from sdn_app.core.reservation import Principal
+from sdn_app.core.topology import Topology
+
+PRINCIPAL = web.RequestKey("principal", Principal)  # request[PRINCIPAL]: the authenticated caller
+
+HTTP_STATUS = {
+    "INVALID_ARGUMENT": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "FAILED_PRECONDITION": 409,
+    "RESOURCE_EXHAUSTED": 409,  # no capacity: the request conflicts with what is booked
+    "UNAVAILABLE": 503,
+    "UNKNOWN": 500,
+}
+
+
+def http_status(error: TsdnError) -> int:
+    """The HTTP status a core error becomes."""
+    return HTTP_STATUS.get(error.code, 500)
+
+
+class StreamSlots:
+    """Counts the server-sent-event streams open, in total and per client; refuses beyond the limits."""
+
+    def __init__(self, total: int, per_client: int):
+        self.total = total
+        self.per_client = per_client
+        self._open: dict[str, int] = {}
+
+    def take(self, client: str) -> bool:
+        """Take a slot for `client` (False: none free)."""
+        if sum(self._open.values()) >= self.total or self._open.get(client, 0) >= self.per_client:
+            return False
+        self._open[client] = self._open.get(client, 0) + 1
+        return True
+
+    def give_back(self, client: str) -> None:
+        """Free a slot `client` took."""
+        left = self._open.get(client, 0) - 1
+        if left > 0:
+            self._open[client] = left
+        else:
+            self._open.pop(client, None)
+
+    @property
+    def open(self) -> int:
+        """Streams open now."""
+        return sum(self._open.values())
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    """What an HTTP API reads and calls: the core only through `worker` (`await
+    worker.call_async(fn)` runs `fn` on the core's thread; `worker.book` is the ReservationBook,
+    `worker.hub` its event hub), the switches' measured loads through `loads()` (direction id ->
+    DirectionLoad; empty without switches), and the domain name from `--domain`."""
+
+    worker: Any
+    topology: Topology
+    domain: str
+    clock: Clock
+    loads: Callable[[], dict[str, Any]]
+    streams: StreamSlots  # server-sent-event streams, shared with the map: take one per stream, give it back
+    wall_clock: Callable[[], float]
+    # An Authorization header's value -> its principal (the tokens file's check; `Unauthenticated`
+    # otherwise): for token endpoints such as SENSE's /sense/api/auth/token
+    authenticate: Callable[[str | None], Principal]
+
+
+class HttpApi(Protocol):
+    """One API mounted under `prefix` on the controller's HTTP side."""
+
+    prefix: str  # e.g. "/sense/api": every path under it is this API's
+    public: frozenset[str]  # paths (exact) served without a token, e.g. a token endpoint
+
+    def add_routes(self, app: web.Application) -> None:
+        """Register the API's handlers on `app` (every path under `prefix`)."""
+
+    def error(self, status: int, message: str) -> web.Response:
+        """The protocol's error body for `status` with `message`."""
+
+    async def close(self) -> None:
+        """End open streams and background tasks (the server is stopping)."""
+
+
+def client_address(request: web.Request) -> str:
+    """The peer's address, for logs."""
+    peer: Any = request.transport.get_extra_info("peername") if request.transport else None
+    return f"{peer[0]}:{peer[1]}" if peer else "?"
