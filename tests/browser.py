@@ -11,8 +11,9 @@ import pytest
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
-def chromium() -> Iterator:
-    """Yield a headless Chromium driver (quit afterwards), or skip naming what is missing."""
+def chromium(window: tuple[int, int] = (1600, 1000)) -> Iterator:
+    """Yield a headless Chromium driver (quit afterwards) with a `window` (width, height) of that
+    size, or skip naming what is missing."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e .[test])")
     if not Path(CHROMEDRIVER).exists() or not (shutil.which("chromium") or Path("/usr/bin/chromium").exists()):
         pytest.skip("chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
@@ -21,7 +22,7 @@ def chromium() -> Iterator:
 
     options = Options()
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1600,1000", "--force-device-scale-factor=1"):
+                 f"--window-size={window[0]},{window[1]}", "--force-device-scale-factor=1"):
         options.add_argument(flag)
     if Path("/usr/bin/chromium").exists():
         options.binary_location = "/usr/bin/chromium"

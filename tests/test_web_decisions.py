@@ -153,8 +153,8 @@ def test_the_page_shows_the_congested_link_its_load_and_the_reason_of_the_move(c
 
     s2s3 = 'svg g.link[data-link="s2-s3"]'
     wait_for(lambda: attr(s2s3, "data-congested") == "1", "s2-s3 drawn congested", 15, interval=0.2)
-    assert attr(f'{s2s3} line.dir[data-direction="{S2_S3}"]', "data-congested") == "1"
-    assert attr(f'{s2s3} line.dir[data-direction="s3:2->s2:1"]', "data-congested") == "0"
+    assert attr(f'{s2s3} .dir[data-direction="{S2_S3}"]', "data-congested") == "1"
+    assert attr(f'{s2s3} .dir[data-direction="s3:2->s2:1"]', "data-congested") == "0"
     assert attr('svg g.link[data-link="s1-s2"]', "data-congested") == "0"
     assert text(f"{s2s3} text.congestion-label") == "98% of 100G, 89.6G not ours"
     assert "s2:1->s3:2: 98% of 100G, 89.6G not ours" in text("#congestion")

@@ -144,7 +144,7 @@ class LiveMap:
         self._congested: list[dict[str, Any]] = []  # every congested direction, access links included
         self._idle_meter = UtilizationMeter(topology, scale)  # no samples: every load unknown
         self._lock = threading.Lock()
-        self._clients: set[queue.Queue] = set()
+        self._clients: set[Any] = set()
         self._reservations: dict[str, dict[str, Any]] = {}
         self._links: dict[str, dict[str, Any]] = {}
         self._last_moves: dict[str, dict[str, Any]] = {}  # live reservation -> its last move
@@ -179,15 +179,18 @@ class LiveMap:
 
     # -- feeds ------------------------------------------------------------------------------
 
-    def subscribe(self) -> queue.Queue:
-        """A queue of (kind, data) messages for one page: the snapshot first."""
-        client: queue.Queue = queue.Queue(maxsize=CLIENT_BACKLOG)
+    def subscribe(self, client: Any = None) -> Any:
+        """Feed (kind, data) messages for one page into `client` (anything with a thread-safe
+        `put_nowait` that raises `queue.Full`; default a new bounded queue.Queue), the snapshot
+        first; return it."""
+        if client is None:
+            client = queue.Queue(maxsize=CLIENT_BACKLOG)
         with self._lock:
             client.put_nowait(("snapshot", self._snapshot_locked()))
             self._clients.add(client)
         return client
 
-    def unsubscribe(self, client: queue.Queue) -> None:
+    def unsubscribe(self, client: Any) -> None:
         with self._lock:
             self._clients.discard(client)
 
@@ -331,16 +334,20 @@ class LiveMap:
     # -- snapshot ---------------------------------------------------------------------------
 
     def topology_json(self) -> dict[str, Any]:
+        """The topology as the page draws it: each switch with its place in the `width` x `height`
+        picture (x, y) and in its pane (pane, u, v, dx, dy, role, slot), which the page fits to the
+        window by the rules in `layout` (sdn_app/web/layout.py)."""
         layout = self.layout
         topo = self.topology
         return {
             "name": topo.name, "description": topo.spec.description,
-            "width": layout.width, "height": layout.height,
+            "width": layout.width, "height": layout.height, "layout": layout.page_json(),
             "sites": [{"name": s.name, "kind": s.kind, "lat": s.lat, "lon": s.lon, "x": round(s.x, 1),
-                       "y": round(s.y, 1), "switches": list(s.switches)} for s in layout.sites],
+                       "y": round(s.y, 1), "switches": list(s.switches), "pane": s.pane} for s in layout.sites],
             "switches": [{"name": name, "dpid": spec.dpid, "description": spec.description,
                           "site": (site.name if (site := topo.site_of(name)) else None),
-                          "x": round(layout.switches[name][0], 1), "y": round(layout.switches[name][1], 1)}
+                          "x": round(layout.switches[name][0], 1), "y": round(layout.switches[name][1], 1),
+                          **layout.placements[name].json()}
                          for name, spec in topo.switches.items()],
             "links": [{"name": name, "a": spec.a, "b": spec.b, "a_port": spec.a_port, "b_port": spec.b_port,
                        "kind": spec.kind, "capacity_ab": topo.link_directions[name][0].capacity,
