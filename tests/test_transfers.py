@@ -31,8 +31,8 @@ from sdn_app.core.paths import PathRequest
 from sdn_app.core.reports import RateReport
 from sdn_app.core.reservation import Principal, Role, State
 from sdn_app.core.reservations import ReservationBook
+from sdn_app.core.row_fields import CorruptRow
 from sdn_app.core.topology import Topology
-from sdn_app.core.transfer_store import CorruptRow
 from sdn_app.core.transfers import (
     RESTART_GRACE,
     STALL_TIMEOUT,

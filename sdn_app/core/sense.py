@@ -316,7 +316,7 @@ class SenseDesk:
             assert end is not None
             ends.append(Terminal(end.text("uri"), end.text("dtn"), end.optional_text("prefix"), end.text("vlan_tag")))
         connection = Connection(raw.text("name"), ends[0], ends[1], raw.text("qos_class"), raw.integer("capacity"),
-                                raw.number("start"), raw.number("end"))
+                                raw.open_end("start"), raw.open_end("end"))
         phase = body.text("phase")
         if phase not in PHASES:
             body.bad("phase", f"{phase!r} is not one of {', '.join(PHASES)}")

@@ -8,7 +8,7 @@ Each table holds one row per object: its `id` (the key the HA replica stores it 
 `replication.REPLICATED_TABLES`), its `owner` and the object as JSON in `body`. Rows are written
 only inside the ledger's transactions (one writer): an instance's row joins the transaction of
 the reservation it books (`SenseDesk` is the book's companion for it), so after a crash at any
-point an instance and its reservation agree. `Reader` reads a body strictly: a missing field or
+point an instance and its reservation agree. `row_fields` reads a body strictly: a missing field or
 one of the wrong type raises `CorruptRow` naming the table, the row and the field.
 """
 
@@ -21,18 +21,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sdn_app.core.errors import FailedPrecondition
 from sdn_app.core.ledger import Ledger
+from sdn_app.core.row_fields import Fields, read_body
 
 FORMAT = 1  # of the JSON in `body`; a row of another format is refused by name
 INSTANCES = "sense_instances"
 PROFILES = "sense_profiles"
 ADDRESSES = "sense_addresses"
 TABLES = (INSTANCES, PROFILES, ADDRESSES)
-
-
-class CorruptRow(FailedPrecondition):
-    """A row of a SENSE table that cannot be read; the message names the table, the row and the field."""
 
 
 def create_tables(db: sqlite3.Connection) -> None:
@@ -68,7 +64,7 @@ class Stored:
 
     id: str
     owner: str
-    reader: Reader
+    reader: Fields
 
 
 def load(ledger: Ledger, table: str) -> list[Stored]:
@@ -80,89 +76,8 @@ def load(ledger: Ledger, table: str) -> list[Stored]:
         where = f"{ledger.path}: {table} row {seq} (id {row_id!r})"
         hint = (f"; restore the file from a backup, or remove the row "
                 f"(sqlite3 FILE \"DELETE FROM {table} WHERE id='{row_id}'\")")
-        try:
-            data = json.loads(body)
-        except (TypeError, ValueError, RecursionError) as error:
-            raise CorruptRow(f"{where}: body is not JSON ({error}){hint}") from None
-        reader = Reader(data, where, hint)
-        if not isinstance(data, dict):
-            reader.bad("", f"expected an object, found {json.dumps(data)[:60]}")
-        if data.get("format") != FORMAT:
-            reader.bad("format", f"{data.get('format')!r} is not the supported {FORMAT}")
-        rows.append(Stored(str(row_id), str(owner), reader))
+        rows.append(Stored(str(row_id), str(owner), read_body(body, where, hint, FORMAT)))
     return rows
-
-
-class Reader:
-    """Typed reads of one JSON object of a row; `CorruptRow` names the row and the field."""
-
-    def __init__(self, data: Any, where: str, hint: str, prefix: str = ""):
-        self.data = data
-        self.where = where
-        self.hint = hint
-        self.prefix = prefix
-
-    def bad(self, key: str, problem: str) -> None:
-        """Raise `CorruptRow` about field `key` of this object."""
-        field = f"{self.prefix}{key}" if key else self.prefix.rstrip(".") or "body"
-        raise CorruptRow(f"{self.where}: field {field}: {problem}{self.hint}")
-
-    def _get(self, key: str, kinds: tuple[type, ...], what: str, optional: bool) -> Any:
-        if not isinstance(self.data, dict) or key not in self.data:
-            self.bad(key, "missing")
-        value = self.data[key]
-        if value is None and optional:
-            return None
-        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            self.bad(key, f"expected {what}{' or null' if optional else ''}, found {json.dumps(value)[:60]}")
-        return value
-
-    def text(self, key: str) -> str:
-        """A string."""
-        return self._get(key, (str,), "a string", False)
-
-    def optional_text(self, key: str) -> str | None:
-        """A string or null."""
-        return self._get(key, (str,), "a string", True)
-
-    def integer(self, key: str) -> int:
-        """A whole number."""
-        return self._get(key, (int,), "a whole number", False)
-
-    def number(self, key: str) -> float:
-        """A number; null reads as infinity (an open end)."""
-        value = self._get(key, (int, float), "a number", True)
-        if value is None:
-            return math.inf
-        if not math.isfinite(value):
-            self.bad(key, f"{value} is not a finite number")
-        return float(value)
-
-    def flag(self, key: str) -> bool:
-        """true or false."""
-        return self._get(key, (bool,), "true or false", False)
-
-    def value(self, key: str) -> Any:
-        """Any JSON value."""
-        if not isinstance(self.data, dict) or key not in self.data:
-            self.bad(key, "missing")
-        return self.data[key]
-
-    def child(self, key: str, optional: bool = False) -> Reader | None:
-        """The object under `key` (None only when `optional` and null)."""
-        value = self._get(key, (dict,), "an object", optional)
-        return None if value is None else Reader(value, self.where, self.hint, f"{self.prefix}{key}.")
-
-    def children(self, key: str) -> list[Reader]:
-        """The objects of the list under `key`."""
-        values = self._get(key, (list,), "a list", False)
-        children = []
-        for i, value in enumerate(values):
-            child = Reader(value, self.where, self.hint, f"{self.prefix}{key}[{i}].")
-            if not isinstance(value, dict):
-                child.bad("", f"expected an object, found {json.dumps(value)[:60]}")
-            children.append(child)
-        return children
 
 
 def finite_or_none(value: float) -> float | None:

@@ -15,20 +15,15 @@ field and what was found, never a bare KeyError or TypeError.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sdn_app.core.errors import FailedPrecondition
 from sdn_app.core.ledger import Ledger
+from sdn_app.core.row_fields import Fields, read_body
 
 FORMAT = 1  # of the JSON in `body`; a row of another format is refused by name
-
-
-class CorruptRow(FailedPrecondition):
-    """A row of the transfers table that cannot be read; the message names the row and the field."""
 
 
 @dataclass(frozen=True)
@@ -88,15 +83,7 @@ def load(ledger: Ledger) -> list[Stored]:
     stored = []
     for seq, transfer_id, body in ledger.query("SELECT seq, id, body FROM transfers ORDER BY seq"):
         where = f"{ledger.path}: transfers row {seq} (id {transfer_id!r})"
-        try:
-            data = json.loads(body)
-        except (TypeError, ValueError, RecursionError) as error:
-            raise CorruptRow(f"{where}: body is not JSON ({error}){HINT.format(id=transfer_id)}") from None
-        fields = Fields(data, where, transfer_id)
-        if not isinstance(data, dict):
-            fields.bad("", f"expected an object, found {json.dumps(data)[:60]}")
-        if data.get("format") != FORMAT:
-            fields.bad("format", f"{data.get('format')!r} is not the supported {FORMAT}")
+        fields = read_body(body, where, HINT.format(id=transfer_id), FORMAT)
         stored.append(Stored(seq, str(transfer_id), fields))
     return stored
 
@@ -105,83 +92,3 @@ HINT = ("; restore the file from a backup, or remove the row "
         "(sqlite3 FILE \"DELETE FROM transfers WHERE id='{id}'\") and release its reservation")
 
 
-class Fields:
-    """Typed reads of one JSON object of a row; `CorruptRow` names the row and the field."""
-
-    def __init__(self, data: Any, where: str, row_id: str, prefix: str = ""):
-        self.data = data
-        self.where = where
-        self.row_id = row_id
-        self.prefix = prefix
-
-    def bad(self, key: str, problem: str) -> None:
-        """Raise `CorruptRow` about field `key` of this object."""
-        field = f"{self.prefix}{key}" if key else self.prefix.rstrip(".") or "body"
-        raise CorruptRow(f"{self.where}: field {field}: {problem}{HINT.format(id=self.row_id)}")
-
-    def _get(self, key: str, kinds: tuple[type, ...], what: str, optional: bool) -> Any:
-        if not isinstance(self.data, dict) or key not in self.data:
-            self.bad(key, "missing")
-        value = self.data[key]
-        if value is None and optional:
-            return None
-        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            self.bad(key, f"expected {what}{' or null' if optional else ''}, found {json.dumps(value)[:60]}")
-        return value
-
-    def text(self, key: str) -> str:
-        """A string."""
-        return self._get(key, (str,), "a string", False)
-
-    def integer(self, key: str, optional: bool = False) -> int | None:
-        """A whole number (None only when `optional` and null)."""
-        return self._get(key, (int,), "a whole number", optional)
-
-    def number(self, key: str, optional: bool = False) -> float | None:
-        """A finite number (None only when `optional` and null)."""
-        value = self._get(key, (int, float), "a number", optional)
-        if value is not None and not math.isfinite(value):
-            self.bad(key, f"{value} is not a finite number")
-        return value if value is None else float(value)
-
-    def flag(self, key: str, optional: bool = False) -> bool | None:
-        """true or false (None only when `optional` and null)."""
-        return self._get(key, (bool,), "true or false", optional)
-
-    def texts(self, key: str) -> tuple[str, ...]:
-        """A list of strings."""
-        values = self._get(key, (list,), "a list", False)
-        if not all(isinstance(v, str) for v in values):
-            self.bad(key, "expected a list of strings")
-        return tuple(values)
-
-    def integers(self, key: str) -> tuple[int, ...]:
-        """A list of whole numbers."""
-        values = self._get(key, (list,), "a list", False)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            self.bad(key, "expected a list of whole numbers")
-        return tuple(values)
-
-    def child(self, key: str, optional: bool = False) -> Fields | None:
-        """The object under `key` (None only when `optional` and null)."""
-        value = self._get(key, (dict,), "an object", optional)
-        return None if value is None else Fields(value, self.where, self.row_id, f"{self.prefix}{key}.")
-
-    def children(self, key: str) -> list[Fields]:
-        """The objects of the list under `key`."""
-        values = self._get(key, (list,), "a list", False)
-        children = []
-        for i, value in enumerate(values):
-            child = Fields(value, self.where, self.row_id, f"{self.prefix}{key}[{i}].")
-            if not isinstance(value, dict):
-                child.bad("", f"expected an object, found {json.dumps(value)[:60]}")
-            children.append(child)
-        return children
-
-    def choice(self, key: str, choices: Iterable[str]) -> str:
-        """A string that is one of `choices`."""
-        value = self.text(key)
-        allowed = list(choices)
-        if value not in allowed:
-            self.bad(key, f"{value!r} is not one of {', '.join(allowed)}")
-        return value
