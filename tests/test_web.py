@@ -10,6 +10,8 @@ import urllib.request
 import pytest
 
 from northbound.client import ApiError, TsdnClient
+from sdn_app.core.paths import PathRequest
+from sdn_app.core.reservation import Principal, Role
 from sdn_app.core.topology import Topology
 from sdn_app.web.layout import map_layout
 from tests.waiting import wait_for
@@ -173,3 +175,27 @@ def test_sc16_booths_do_not_overlap():
     gaps = [((ax - bx) ** 2 + (ay - by) ** 2) ** 0.5 for i, (ax, ay) in enumerate(points) for bx, by in points[i + 1:]]
     assert min(gaps) > 10
     assert all(0 <= x <= layout.width and 0 <= y <= layout.height for x, y in points)
+
+
+def test_the_map_follows_reservation_events_again_after_a_burst_left_it_behind(start_controller, monkeypatch, caplog):
+    monkeypatch.setattr("sdn_app.worker.SUBSCRIBER_BACKLOG", 20)  # the map's subscription overflows at 20
+    controller = start_controller("ring8", listen_http="127.0.0.1:0")
+    book, admin = controller.book, Principal("noc", Role.ADMIN)
+
+    def burst() -> None:  # 60 reservations in one call: their events reach the hub in one publish
+        for _ in range(30):
+            made = book.create(admin, PathRequest("dtn1", "dtn3", G, book.clock.now(), float("inf")))
+            book.release(admin, made.id)
+
+    controller.worker.call(burst)
+    wait_for(lambda: "fell more than 20 reservation events behind" in caplog.text, "the map to notice the overflow")
+    stream = Stream(controller)
+    try:
+        stream.until("snapshot")
+        client = TsdnClient(controller.address, timeout=10)
+        rid = client.create_reservation("dtn2", "dtn4", G).name.rsplit("/", 1)[-1]
+        message = stream.until("reservation", lambda d: d["reservation"]["id"] == rid)
+        assert message["event"]["verb"] == "created"
+        client.close()
+    finally:
+        stream.close()

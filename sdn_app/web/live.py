@@ -211,10 +211,19 @@ class LiveMap:
         while not self._stop.is_set():
             try:
                 event = subscription.events.get(timeout=0.5)
-            except queue.Empty:
-                continue
+            except queue.Empty:  # an overflowed subscription's end marker may not have fitted
+                event = None
+                if not subscription.overflowed:
+                    continue
             if event is None:
-                return
+                if self._stop.is_set() or not subscription.overflowed:
+                    return
+                # A burst left this thread too far behind and the hub let it go: follow again. The
+                # next tick reloads the reservations from the core; the events in between are lost.
+                log.warning("live map: fell more than %d reservation events behind; some are missing from the "
+                            "events feed, the reservations are reloaded at the next tick", subscription.events.maxsize)
+                subscription = self._subscription = self.worker.hub.subscribe(lambda event: True)
+                continue
             try:
                 self._reservation_event(event)
             except Exception:
