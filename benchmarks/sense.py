@@ -52,6 +52,8 @@ from benchmarks.northbound import latency_summary, machine, percentile_ms
 from benchmarks.report import free_port, print_result, say
 from benchmarks.setup import (
     CONNECT_TIMEOUT,
+    Arrival,
+    Watcher,
     connected_bridges,
     ensure_ovs_without_network,
     flows_gone,
@@ -59,7 +61,7 @@ from benchmarks.setup import (
     mn_clean,
     ordered_pairs,
 )
-from northbound.client import ApiError, TsdnClient
+from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from sdn_app.core.topology import Topology
 from topologies import builtin_topology
@@ -72,68 +74,38 @@ PRINCIPAL = "bench"
 TOKEN = "bench-sense-token-" + "0123456789abcdef" * 2
 ARRIVAL_TIMEOUT = 60.0
 INSTANCES, QUICK_INSTANCES = 600, 96
-FINAL = (pb.ACTIVE, pb.FAILED)
 
 
-@dataclass(frozen=True)
-class Arrival:
-    state: int
-    at: float  # perf_counter here
-
-
-class Watcher:
-    """One WatchReservations stream on every reservation: each one's first ACTIVE or FAILED event, by
-    reservation id and by SENSE instance (the `tsdn/sense` label)."""
+class SenseWatcher(Watcher):
+    """`tsdn bench setup`'s watch (each reservation's first ACTIVE or FAILED event, by reservation
+    id in `arrivals`), indexing them by SENSE instance (the `tsdn/sense` label) in `by_instance` too."""
 
     def __init__(self, address: str):
-        self.client = TsdnClient(address, token=TOKEN, timeout=10)
-        self.cond = threading.Condition()
-        self.by_id: dict[str, Arrival] = {}
+        super().__init__(address, token=TOKEN, include_existing=False)
         self.by_instance: dict[str, Arrival] = {}
-        self.open = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="watcher", daemon=True)
-        self._thread.start()
+
+    def arrived(self, event: pb.ReservationEvent, arrival: Arrival) -> None:
+        if (instance := event.reservation.labels.get("tsdn/sense")):
+            self.by_instance.setdefault(instance, arrival)
 
     def warm_up(self, pair: tuple[str, str]) -> None:
         """Once a reservation made now arrives, the stream is subscribed (and, with switches, the
         path is warm); it is released before anything is measured."""
         for _ in range(int(ARRIVAL_TIMEOUT / 0.5)):
             made = self.client.create_reservation(*pair, MBPS * M)
-            if self.wait([made.id], lambda: self.by_id, timeout=0.5):
+            if self.wait([made.id], 0.5):
                 self.client.delete_reservation(made.id)
                 return
             self.client.delete_reservation(made.id)  # made before the stream was up: try again
         raise RuntimeError(f"the watch stream saw none of its warm-up reservations within {ARRIVAL_TIMEOUT:g} s")
 
-    def _run(self) -> None:
-        try:
-            for event in self.client.watch():
-                if event.state in FINAL:
-                    arrival = Arrival(event.state, time.perf_counter())
-                    with self.cond:
-                        self.by_id.setdefault(event.reservation.id, arrival)
-                        if (instance := event.reservation.labels.get("tsdn/sense")):
-                            self.by_instance.setdefault(instance, arrival)
-                        self.cond.notify_all()
-        except (ApiError, ValueError):
-            pass
-        finally:
-            with self.cond:
-                self.cond.notify_all()
-
-    def wait(self, keys: list[str], table: Callable[[], dict[str, Arrival]], timeout: float = ARRIVAL_TIMEOUT) -> bool:
-        deadline = time.monotonic() + timeout
+    def to_active(self, began: dict[str, float], index: dict[str, Arrival]) -> tuple[list[float], int, bool]:
+        """Wait for every key of `began` in `index`: (seconds from its `began` to its ACTIVE event,
+        for each ACTIVE one; how many are not ACTIVE; whether all arrived)."""
+        arrived = self.wait(list(began), ARRIVAL_TIMEOUT, index)
         with self.cond:
-            while not set(keys) <= table().keys():
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._thread.is_alive():
-                    return False
-                self.cond.wait(min(left, 1.0))
-        return True
-
-    def stop(self) -> None:
-        self.client.close()
-        self._thread.join(5)
+            active = [index[k].at - began[k] for k in began if k in index and index[k].state == pb.ACTIVE]
+        return active, len(began) - len(active), arrived
 
 
 @dataclass
@@ -186,7 +158,7 @@ def dnc_intent(topology_urn: Callable[[str], str], src: str, dst: str) -> str:
         "terminals": [{"uri": topology_urn(src), "vlan_tag": "any"}, {"uri": topology_urn(dst), "vlan_tag": "any"}]}]}})
 
 
-def sense_run(base: str, watcher: Watcher, pairs: list[tuple[str, str]], clients: int) -> dict:
+def sense_run(base: str, watcher: SenseWatcher, pairs: list[tuple[str, str]], clients: int) -> dict:
     """Create, provision (to ACTIVE), cancel and delete one instance per pair through the SENSE API."""
     from sense.client.requestwrapper import RequestWrapper
     from sense.client.workflow_combined_api import WorkflowCombinedApi
@@ -220,10 +192,7 @@ def sense_run(base: str, watcher: Watcher, pairs: list[tuple[str, str]], clients
         if status != "CREATE - READY":  # sync=true: answered once every hop is confirmed
             raise RuntimeError(f"provisioned: {status}")
     provisioned = run_step("provision", live, clients, provision)
-    wanted = list(provision_began)
-    arrived = watcher.wait(wanted, lambda: watcher.by_instance)
-    ok = [u for u in wanted if u in watcher.by_instance and watcher.by_instance[u].state == pb.ACTIVE]
-    event = [watcher.by_instance[u].at - provision_began[u] for u in ok]
+    event, not_active, arrived = watcher.to_active(provision_began, watcher.by_instance)
 
     def cancel(thread: int, pair: tuple[str, str]) -> None:
         status = apis[thread].instance_operate("cancel", si_uuid=uuids[pair], sync="true", force="true")
@@ -231,12 +200,10 @@ def sense_run(base: str, watcher: Watcher, pairs: list[tuple[str, str]], clients
             raise RuntimeError(f"cancelled: {status}")
     cancelled = run_step("cancel", live, clients, cancel)
     deleted = run_step("delete", live, clients, lambda thread, pair: apis[thread].instance_delete(si_uuid=uuids[pair]))
-    return result_of(created, provisioned, provisioned.latencies, provisioned.wall, len(wanted) - len(ok), arrived,
-                     cancelled, deleted) | {"provision_to_active_event_ms_p50": percentile_ms(event, 0.5),
-                                            "provision_to_active_event_ms_p99": percentile_ms(event, 0.99)}
+    return result_of(created, provisioned, provisioned.latencies, event, not_active, arrived, cancelled, deleted)
 
 
-def grpc_run(address: str, watcher: Watcher, pairs: list[tuple[str, str]], clients: int) -> dict:
+def grpc_run(address: str, watcher: SenseWatcher, pairs: list[tuple[str, str]], clients: int) -> dict:
     """The same work over gRPC: a held reservation per pair, committed (to ACTIVE), released."""
     tsdn = [TsdnClient(address, token=TOKEN, timeout=30) for _ in range(clients)]
     names: dict[tuple[str, str], str] = {}
@@ -257,31 +224,27 @@ def grpc_run(address: str, watcher: Watcher, pairs: list[tuple[str, str]], clien
             with lock:
                 commit_began[reservation] = began
             tsdn[thread].commit_reservation(reservation)
-            if not watcher.wait([reservation], lambda: watcher.by_id):
+            if not watcher.wait([reservation], ARRIVAL_TIMEOUT):
                 raise RuntimeError(f"{reservation}: no ACTIVE event within {ARRIVAL_TIMEOUT:g} s")
-            if watcher.by_id[reservation].state != pb.ACTIVE:
+            if watcher.arrivals[reservation].state != pb.ACTIVE:
                 raise RuntimeError(f"{reservation}: FAILED")
         provisioned = run_step("provision", live, clients, commit)
-        wanted = list(commit_began)
-        arrived = watcher.wait(wanted, lambda: watcher.by_id)
-        ok = [i for i in wanted if i in watcher.by_id and watcher.by_id[i].state == pb.ACTIVE]
-        to_flows = [watcher.by_id[i].at - commit_began[i] for i in ok]
-        provisioned_wall = provisioned.wall
+        to_flows, not_active, arrived = watcher.to_active(commit_began, watcher.arrivals)
         cancelled = run_step("cancel", live, clients, lambda thread, pair: tsdn[thread].delete_reservation(names[pair]))
-        return result_of(created, provisioned, to_flows, provisioned_wall, len(wanted) - len(ok), arrived, cancelled,
-                         None) | {"provision_to_active_event_ms_p50": percentile_ms(to_flows, 0.5),
-                                  "provision_to_active_event_ms_p99": percentile_ms(to_flows, 0.99)}
+        return result_of(created, provisioned, to_flows, to_flows, not_active, arrived, cancelled, None)
     finally:
         for client in tsdn:
             client.close()
 
 
-def result_of(created: Step, provisioned: Step, to_flows: list[float], provisioned_wall: float, not_active: int,
+def result_of(created: Step, provisioned: Step, to_flows: list[float], to_event: list[float], not_active: int,
               arrived: bool, cancelled: Step, deleted: Step | None) -> dict:
+    """One run's figures: `to_flows`, each provisioning's seconds to flows installed; `to_event`, to
+    its ACTIVE event on the watch."""
     active = len(to_flows)
     out = {
         "created_per_s": created.rate(),
-        "provisioned_per_s": round(active / provisioned_wall, 1) if active and provisioned_wall > 0 else None,
+        "provisioned_per_s": round(active / provisioned.wall, 1) if active and provisioned.wall > 0 else None,
         "cancelled_per_s": cancelled.rate(),
         "provision_to_flows_ms_p50": percentile_ms(to_flows, 0.5),
         "provision_to_flows_ms_p99": percentile_ms(to_flows, 0.99),
@@ -291,6 +254,8 @@ def result_of(created: Step, provisioned: Step, to_flows: list[float], provision
     }
     if deleted is not None:
         out["deleted_per_s"] = deleted.rate()
+    out["provision_to_active_event_ms_p50"] = percentile_ms(to_event, 0.5)
+    out["provision_to_active_event_ms_p99"] = percentile_ms(to_event, 0.99)
     return out
 
 
@@ -298,7 +263,8 @@ def both(address: str, base: str, pairs: list[tuple[str, str]], spare: tuple[str
          settle: Callable[[], object] | None, label: str) -> dict:
     """The SENSE run and its gRPC baseline on one controller, one watch open throughout (`spare`: a
     pair for the watch's warm-up)."""
-    watcher = Watcher(address)
+    watcher = SenseWatcher(address)
+    watcher.start()
     try:
         watcher.warm_up(spare)
         if settle is not None:

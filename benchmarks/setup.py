@@ -215,10 +215,13 @@ class Arrival:
 
 
 class Watcher:
-    """One WatchReservations stream on every reservation, noting each one's ACTIVE/FAILED arrival."""
+    """One WatchReservations stream on every reservation, noting each one's first ACTIVE/FAILED
+    arrival by reservation id (`arrivals`); `arrived` is called for each such event, so a subclass
+    can index them by something else too (`tsdn bench sense`: the SENSE instance)."""
 
-    def __init__(self, address: str):
-        self.client = TsdnClient(address, token=TOKEN, timeout=10)
+    def __init__(self, address: str, token: str = TOKEN, include_existing: bool = True):
+        self.client = TsdnClient(address, token=token, timeout=10)
+        self.include_existing = include_existing
         self.cond = threading.Condition()
         self.arrivals: dict[str, Arrival] = {}
         self.error: str | None = None
@@ -229,18 +232,22 @@ class Watcher:
     def start(self) -> None:
         self._thread.start()
 
+    def arrived(self, event: pb.ReservationEvent, arrival: Arrival) -> None:
+        """Called (holding `cond`) for every ACTIVE or FAILED event, after `arrivals` has noted it."""
+
     def _run(self) -> None:
         try:
-            for event in self.client.watch(include_existing=True):
+            for event in self.client.watch(include_existing=self.include_existing):
                 at, wall = time.perf_counter(), time.time()
                 self.events += 1
                 # A snapshot (include_existing) can only be a warm-up reservation made before the
                 # stream was up: once anything has arrived, the subscription exists, and every later
                 # reservation arrives as a live event.
                 if event.state in FINAL:
+                    arrival = Arrival(event.state, at, wall, seconds_of(event.time), event.reason)
                     with self.cond:
-                        self.arrivals.setdefault(event.reservation.id, Arrival(
-                            event.state, at, wall, seconds_of(event.time), event.reason))
+                        self.arrivals.setdefault(event.reservation.id, arrival)
+                        self.arrived(event, arrival)
                         self.cond.notify_all()
         except (ApiError, ValueError) as error:
             if not self._stopping:
@@ -249,12 +256,14 @@ class Watcher:
             with self.cond:
                 self.cond.notify_all()
 
-    def wait(self, ids: set[str] | list[str], timeout: float) -> bool:
-        """Wait until every reservation in `ids` has arrived; False at the deadline or when the stream ended."""
-        wanted = set(ids)
+    def wait(self, keys: set[str] | list[str], timeout: float, index: dict[str, Arrival] | None = None) -> bool:
+        """Wait until every one of `keys` is in `index` (default `arrivals`: reservation ids); False at
+        the deadline or when the stream ended."""
+        table = self.arrivals if index is None else index
+        wanted = set(keys)
         deadline = time.monotonic() + timeout
         with self.cond:
-            while not wanted <= self.arrivals.keys():
+            while not wanted <= table.keys():
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     return False
