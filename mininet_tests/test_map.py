@@ -57,7 +57,7 @@ def test_map_shows_links_and_a_reroute(mapped, browser):
     made = tsdn(env, "path", "request", "dtn1", "dtn3", "-b", "10G", "--json")
     assert made.returncode == 0, made.stderr
     rid = json.loads(made.stdout)["id"].rsplit("/", 1)[-1]
-    route = f'svg polyline.route[data-reservation="{rid}"]'
+    route = f'svg path.route[data-reservation="{rid}"]'
     wait_for(lambda: attr(browser, route, "data-path") == "s1 s2 s3", "the route s1 s2 s3 on the page", 10)
 
     # traffic on the reservation, so the links show load (10 Mbit/s metered on 100 Mbit/s links)
