@@ -162,6 +162,7 @@ class WebServer:
 
     @property
     def scheme(self) -> str:
+        """`https` with TLS, else `http`."""
         return "https" if self.ssl_context is not None else "http"
 
     def application(self) -> web.Application:
@@ -195,8 +196,8 @@ class WebServer:
         except BaseException:
             await runner.cleanup()
             raise
-        sockets = [s for s in (runner.addresses or [])]
-        self._bound = (self.listen[0], sockets[0][1] if sockets else self.listen[1])
+        bound = runner.addresses  # (host, port, ...) per listening socket
+        self._bound = (self.listen[0], bound[0][1] if bound else self.listen[1])
         self._runner = runner
 
     async def stop(self) -> None:
@@ -204,8 +205,10 @@ class WebServer:
         if self._stopping is not None:
             self._stopping.set()
         for api in self.apis:
-            with contextlib.suppress(Exception):
+            try:
                 await api.close()
+            except Exception:  # the others must still close, and the socket be let go
+                log.exception("HTTP: closing %s failed", api.prefix)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -291,13 +294,14 @@ class WebServer:
     async def _stream_map(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={**NO_STORE, "Content-Type": "text/event-stream",
                                                "X-Accel-Buffering": "no"})
-        await response.prepare(request)
         if request.method == "HEAD":
+            await response.prepare(request)
             return response
         messages = StreamQueue(asyncio.get_running_loop(), self.limits.stream_backlog)
-        self.live.subscribe(messages)
+        self.live.subscribe(messages)  # before the headers: a client that has them misses no later event
         stopping = self._stopping
         try:
+            await response.prepare(request)
             await self._write(response, b"retry: 2000\n\n")
             while stopping is None or not stopping.is_set():
                 try:
