@@ -25,6 +25,7 @@ from sdn_app.core.utilization import DirectionLoad
 from sdn_app.web.alto import AltoApi
 from sdn_app.web.server import WebLimits
 from tests.conftest import TOKENS
+from tests.test_alto_core import apply_patch
 from tests.waiting import wait_for
 
 G = 10**9
@@ -48,19 +49,6 @@ def openalto_client() -> Any:
             pytest.fail(why)
         pytest.skip(why)
     return Client
-
-
-def apply_patch(target: Any, patch: Any) -> Any:
-    """RFC 7396 section 2: a JSON merge patch applied as a client does."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = apply_patch(result.get(key), value)
-    return result
 
 
 @pytest.fixture
