@@ -523,7 +523,7 @@ def test_pools_in_topology_files_are_checked_and_old_files_stay_valid():
         dtn.pop("ipv6_pool")
     assert all(d.ipv6_pool is None for d in parse_topology_spec(spec, "old").dtns)
     for pool, match in (("2001:db8:8::/48", "a /56 to a /64"), ("2001:db8:8:100::1/64", "host bits"),
-                        ("ff02::/64", "not unicast"), ("10.0.0.0/8", "IPv6 network")):
+                        ("ff02::/64", "multicast"), ("fe80::/64", "not unicast"), ("10.0.0.0/8", "IPv6 network")):
         bad = copy.deepcopy(spec)
         bad["dtns"][0]["ipv6_pool"] = pool
         with pytest.raises(TopologyError, match=match):

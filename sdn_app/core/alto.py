@@ -415,7 +415,7 @@ class AltoView:
                 cost = round(path.latency_ms or 0.0, 6) if latency else path.hop_count
                 routes[pair] = (cost, path.hop_count)
             except (NoCapacity, FailedPrecondition):
-                pass
+                pass  # no route now: the pair has no routing cost (left out of the maps, as RFC 7285 allows)
             for metric, finder in (("bw-residual", finders["residual"]), ("bw-available", finders["available"])):
                 try:
                     route = finder.route(PathRequest(a, b, 1, 0.0, 1.0, policy="widest"))

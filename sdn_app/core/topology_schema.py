@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from sdn_app.core.errors import InvalidArgument, TopologyError
 from sdn_app.core.units import parse_bandwidth
+from sdn_app.core.validation import ipv6_prefix
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 MAX_DPID = 2**64 - 1
@@ -166,18 +167,11 @@ def _ipv4(value: Any) -> str:
 
 def _ipv6_pool(value: Any) -> str:
     """An IPv6 network of unicast addresses, a /56 to a /64, host bits zero: `2001:db8:16:100::/56`."""
-    if not isinstance(value, str) or len(value) > _TEXT_CHARS:
-        raise PydanticCustomError("ipv6_pool", "expected an IPv6 network like 2001:db8:16:100::/56")
     try:
-        network = ipaddress.IPv6Network(value)
-    except ValueError:
-        try:
-            loose = ipaddress.IPv6Network(value, strict=False)
-        except ValueError:
-            raise PydanticCustomError("ipv6_pool", "expected an IPv6 network like 2001:db8:16:100::/56, got {value}",
-                                      {"value": shown(value)}) from None
-        raise PydanticCustomError("ipv6_pool", "{value} has host bits set; the network is {network}",
-                                  {"value": shown(value), "network": str(loose)}) from None
+        network = ipaddress.IPv6Network(ipv6_prefix(value, "ipv6_pool"))
+    except InvalidArgument as error:  # the field's path is added by the schema's error report
+        raise PydanticCustomError("ipv6_pool", "{problem}",
+                                  {"problem": str(error).removeprefix("ipv6_pool: ")}) from None
     if not MIN_POOL_PREFIX <= network.prefixlen <= 64:
         raise PydanticCustomError("ipv6_pool", "{value}: a pool is a /{low} to a /64", {"value": str(network),
                                                                                        "low": MIN_POOL_PREFIX})
