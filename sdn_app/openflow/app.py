@@ -11,7 +11,8 @@ nothing about reservations; its handlers unpack an event and hand over:
   DEAD_DISPATCHER it is gone, and whoever waits on it is told;
 - packet-in: ARP requests are answered for DTN addresses of the topology (`arp_answer`), with
   a packet-out on the port the request came in on; never flooded, everything else ignored;
-- barrier replies and error messages go to the waiters registered for their (dpid, xid);
+- barrier replies, bundle control replies (OpenFlow bundles, `bundles`) and error messages go
+  to the waiters registered for their (dpid, xid);
   the flow, meter-config and group-desc multipart replies (and errors) to `request`, which
   gathers every part until the last; `on_connected(dpid)` is told of each connect
   (reconciliation);
@@ -24,7 +25,9 @@ nothing about reservations; its handlers unpack an event and hand over:
   handed to `link_hook`, each wiring mismatch logged at WARNING.
 - load: a poller thread sends every connected switch a port stats request each
   `STATS_INTERVAL`; each complete reply (every part gathered) goes to
-  `port_stats_hook(dpid, counters, monotonic_time)` (the fabric's `UtilizationMeter`).
+  `port_stats_hook(dpid, counters, monotonic_time)` (the fabric's `UtilizationMeter`), and
+  only while it is from the switch's current connection. `counters_reset_hook(dpid)` is told of
+  each connect and disconnect: a switch's counters may restart then, so no rate may span it.
 - roles (several controllers, `claim`): until a role is claimed nothing above changes. Once
   claimed, every switch that connects is sent the role request first; its base flows, LLDP
   and `on_connected` wait for the switch to confirm MASTER (a SLAVE gets none of them: Open
@@ -58,6 +61,7 @@ from os_ken.lib import hub
 from os_ken.lib.packet import arp, ethernet, packet
 from os_ken.ofproto import ofproto_v1_3
 
+from sdn_app.core.label_plans import STEER_TABLE
 from sdn_app.core.links import Event, LinkChange, LinkMonitor, NetworkStatus
 from sdn_app.core.topology import Topology
 from sdn_app.core.utilization import PortCounters
@@ -106,12 +110,15 @@ def arp_answer(topology: Topology, dpid: int, in_port: int, eth_src: str, opcode
 
 class Waiter:
     """Barrier replies and errors awaited for one batch: (dpid, xid) of each barrier, and the
-    xids of the messages sent before it (whose errors are reported)."""
+    xids of the messages sent before it (whose errors are reported), bundle control messages
+    among them (whose replies are kept)."""
 
     def __init__(self, lock: threading.RLock) -> None:
         self.cond = threading.Condition(lock)  # the app's lock: waiters change under it
         self.barriers: set[tuple[int, int]] = set()
-        self.errors: list[tuple[int, int, int, int]] = []  # (dpid, xid, type, code)
+        # (dpid, xid, type, code); an experimenter error (OFPET_EXPERIMENTER) carries its exp_type as code
+        self.errors: list[tuple[int, int, int, int]] = []
+        self.bundle_replies: dict[tuple[int, int], int] = {}  # (dpid, xid) -> ONF_BCT_* type of the reply
         self.gone: set[int] = set()
 
     def done(self) -> bool:
@@ -172,6 +179,8 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         # (dpid, counters, monotonic time) of each complete port stats reply; on the event thread, must not block
         self.port_stats_hook: Callable[[int, list[PortCounters], float], None] | None = None
         self._port_stats: dict[int, list[PortCounters]] = {}  # dpid -> parts of a reply being gathered
+        # dpid of each connect and disconnect (its counters may restart); on the event thread, must not block
+        self.counters_reset_hook: Callable[[int], None] | None = None
         # Roles (guarded by the lock). `wanted` stays None until `claim`: single-controller mode.
         self.wanted: str | None = None  # "master" or "slave": the role claimed
         self.role = "equal"  # the role held: "master" until a switch says otherwise
@@ -296,6 +305,7 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
 
     def _send_base_flows(self, dp) -> None:
         self.send(dp, encoder.table_miss_drop(dp))
+        self.send(dp, encoder.table_miss_drop(dp, STEER_TABLE))  # OpenFlow 1.3 leaves a miss there to the switch
         self.send(dp, encoder.arp_to_controller(dp))
         self.send(dp, encoder.lldp_to_controller(dp))
 
@@ -308,6 +318,7 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
             claimed = self.wanted is not None
             if ev.state == MAIN_DISPATCHER:
                 self.datapaths[dp.id] = dp
+                self._port_stats.pop(dp.id, None)  # parts from an older connection
                 self.switch_roles.pop(dp.id, None)
                 self._told.discard(dp.id)
                 LOG.info("switch %s (dpid %#x) connected from %s", self.switch_name(dp.id), dp.id, dp.address)
@@ -343,8 +354,17 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
             if ev.state == MAIN_DISPATCHER and not claimed:
                 self._told.add(dp.id)
             self.changed.notify_all()
+        self._tell_counters_reset(dp.id)
         if ev.state == MAIN_DISPATCHER and not claimed:
             self._tell_connected(dp.id)
+
+    def _tell_counters_reset(self, dpid: int) -> None:
+        hook = self.counters_reset_hook
+        if hook is not None:
+            try:
+                hook(dpid)
+            except Exception:
+                LOG.exception("the counters-reset listener failed for %s", self.switch_name(dpid))
 
     def _tell_connected(self, dpid: int) -> None:
         hook = self.on_connected
@@ -363,6 +383,17 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
                 waiter.barriers.discard((msg.datapath.id, msg.xid))
                 waiter.cond.notify_all()
 
+    @set_ev_cls(ofp_event.EventONFBundleCtrlMsg, MAIN_DISPATCHER)
+    def bundle_reply(self, ev) -> None:
+        """A switch's reply to a bundle OPEN or COMMIT (ONF extension), for the waiter of its xid."""
+        msg = ev.msg
+        key = (msg.datapath.id, msg.xid)
+        with self.lock:
+            waiter = self._waiting.get(key)
+            if waiter is not None:
+                waiter.bundle_replies[key] = msg.type
+                waiter.cond.notify_all()
+
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def error(self, ev) -> None:
         msg = ev.msg
@@ -378,7 +409,8 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
                 self._is_slave(msg.datapath)
             waiter = self._waiting.get((dpid, msg.xid))
             if waiter is not None:
-                waiter.errors.append((dpid, msg.xid, msg.type, msg.code))
+                code = msg.exp_type if msg.type == ofp.OFPET_EXPERIMENTER else msg.code
+                waiter.errors.append((dpid, msg.xid, msg.type, code))
                 waiter.cond.notify_all()
                 return
             replies = self._replies.get((dpid, msg.xid))
@@ -697,6 +729,8 @@ class TsdnOpenFlowApp(app_manager.OSKenApp):
         dp = msg.datapath
         now = time.monotonic()
         with self.lock:
+            if self.datapaths.get(dp.id) is not dp:  # a connection gone or superseded: its counters are not the base
+                return
             parts = self._port_stats.setdefault(dp.id, [])
             parts.extend(encoder.port_counters(dp.ofproto, msg.body))
             if msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:

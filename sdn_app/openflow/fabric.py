@@ -21,7 +21,11 @@ flow: OFPET_BAD_ACTION/OFPBAC_BAD_OUT_GROUP (...)`, `no barrier reply from s3 wi
 After a failure the steps before it stay applied (the caller decides what to undo).
 `Fabric.apply_many(changes)` applies independent changes together, phase by phase, one
 barrier round per phase for all of them (1,000 installs cost a handful of round trips, not
-thousands); each change gets the result `apply` would give it alone.
+thousands); each change gets the result `apply` would give it alone. With `bundles=True` (the
+default of `start_openflow`) each switch gets the flow and group changes of a round in one
+OpenFlow bundle (ONF extension of OpenFlow 1.3, `openflow.bundles`), applied atomically;
+a switch that refuses bundles gets plain messages and barriers while it stays connected.
+`fabric.bundle_support()` and `fabric.bundles_committed()` tell which switches use them.
 
 Reconciliation: `fabric.on_switch_connected = hook` has `hook(switch_name)` called each
 time a switch of the topology connects (on an os-ken thread: it must not block).
@@ -36,7 +40,8 @@ snapshot of switches, links and wiring mismatches (`sdn_app.core.links.NetworkSt
 
 Load: the app polls every switch's port counters each second; `fabric.utilization()` is a
 thread-safe snapshot of the measured bits/s per link direction (`core.utilization`), with
-the emulation scale applied (nominal rate, fraction of capacity x scale).
+the emulation scale applied (nominal rate, fraction of capacity x scale). A switch's samples are
+dropped when it connects or disconnects, so no rate spans a reconnect.
 
 Roles (several controllers, every switch connected to each): `fabric.claim_role(leader,
 generation)` sends OFPRoleRequest MASTER (leader) or SLAVE with the generation to every
@@ -56,6 +61,7 @@ status. Without `claim_role` nothing of this applies: one controller works as be
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import socket
 import threading
@@ -70,12 +76,14 @@ from os_ken.controller import controller as os_ken_controller
 from os_ken.controller.handler import DEAD_DISPATCHER
 from os_ken.controller.ofp_handler import OFPHandler
 from os_ken.lib import hub
+from os_ken.ofproto import ofproto_v1_3
 
 from sdn_app.core.links import LinkChange, NetworkStatus
 from sdn_app.core.plans import FlowSpec, GroupSpec, MeterSpec, Step, StepKind, SwitchPlan, is_tsdn_cookie
 from sdn_app.core.reconcile import Reconciliation, reconcile
 from sdn_app.core.topology import Topology
 from sdn_app.core.utilization import DirectionLoad, PortCounters, UtilizationMeter
+from sdn_app.openflow import bundles as ofbundles
 from sdn_app.openflow import encoder
 from sdn_app.openflow.app import NO_GENERATION, TsdnOpenFlowApp, Waiter
 
@@ -186,6 +194,20 @@ class _Run:
             self.reason = reason
 
 
+Work = list[tuple[_Run, Step]]  # steps of several runs for one switch, in order
+
+
+@dataclass
+class _Sent:
+    """What one attempt of a round sent one switch: messages outside a bundle, and the bundle."""
+
+    plain: dict[int, tuple[_Run, Step]]  # xid -> the step it encodes
+    bundled: Work  # the steps in the bundle, in order
+    adds: dict[int, tuple[_Run, Step]]  # xid of each bundle ADD (and of its message) -> the step
+    open_xid: int | None = None
+    commit_xid: int | None = None
+
+
 @dataclass(frozen=True)
 class Reconciled:
     """What reconciling one switch found and did."""
@@ -217,13 +239,28 @@ def _step_kind_word(step: Step) -> str:
         "group" if isinstance(spec, GroupSpec) else "step"
 
 
+def _live(work: Work) -> Work:
+    """The steps of `work` whose run has not failed."""
+    return [(run, step) for run, step in work if run.reason is None]
+
+
+def _runs_of(work: Work) -> list[_Run]:
+    """The runs of `work`, each once, in order."""
+    return list({id(run): run for run, _ in work}.values())
+
+
 class Fabric:
     """The running OpenFlow side: connected switches, and plan steps applied with barriers."""
 
-    def __init__(self, topology: Topology, scale: float, listen: tuple[str, int]):
+    def __init__(self, topology: Topology, scale: float, listen: tuple[str, int], bundles: bool = True):
         self.topology = topology
         self.scale = scale
         self.listen = listen
+        self.bundles = bundles  # apply each round's flow and group changes in OpenFlow bundles where taken
+        self._bundle_ids = itertools.count(1)  # under _apply_lock
+        self._bundle_lock = threading.Lock()
+        self._bundle_switches: dict[int, tuple[object, bool]] = {}  # dpid -> (connection, takes bundles)
+        self._bundles_committed: dict[str, int] = {}  # switch name -> bundles it committed
         self.app: TsdnOpenFlowApp | None = None
         self._manager: app_manager.AppManager | None = None
         self._handler: _OFPHandler | None = None
@@ -360,6 +397,13 @@ class Fabric:
             with self._load_lock:
                 self._meter.observe(name, counters, now)
 
+    def _counters_reset(self, dpid: int) -> None:
+        """The switch connected or disconnected: no rate may span that (its counters may restart)."""
+        name = self.topology.switch_by_dpid(dpid)
+        if name is not None:
+            with self._load_lock:
+                self._meter.forget(name)
+
     def utilization(self) -> dict[str, DirectionLoad]:
         """Measured load of every link direction (access links included) now, by direction id."""
         with self._load_lock:
@@ -381,6 +425,23 @@ class Fabric:
         stops there; the others go on. Changes touching a switch not connected are refused
         before anything of theirs is sent, and so are, once a role was claimed, changes touching a
         switch that has not confirmed this controller as its OpenFlow master.
+
+        Bundles (`bundles=True`): each switch gets its meter mods of the round first (Open vSwitch
+        takes no meter mod in a bundle), then its flow and group mods in one bundle (OPEN, ADDs,
+        COMMIT, atomic and ordered) and the barrier; nothing of a bundle applies unless all of it
+        does. A bundle holds the messages of every change touching the switch in that round, so
+        one change the switch refuses fails the commit for all of them. Policy: the switch names
+        the message it refused (by the xid of its ADD); that change fails with the refusal, as
+        alone, and nothing of its round is applied on that switch; the other changes of the
+        bundle are sent again at once in a new bundle (one more round trip to that switch, and
+        one per further refused change). A commit failing without naming a message sends the
+        changes again as plain messages with a barrier, so each gets its own result as without
+        bundles. A switch that refuses a bundle itself (an error to its OPEN or ADDs such as
+        OFPBRC_BAD_EXPERIMENTER) gets the steps the bundle did not apply as plain messages, and
+        only plain messages and barriers from then on while it stays connected. A message the
+        switch refuses when added rather than at commit (it cannot even decode it) is left out
+        of the bundle by the switch while the rest commits: that change fails with the refusal
+        and its other messages stay applied, as without bundles.
         """
         if self.app is None or self._stopped.is_set():
             return ["the OpenFlow fabric is not running"] * len(changes)
@@ -438,29 +499,38 @@ class Fabric:
 
     def _round(self, runs: list[_Run], timeout: float) -> None:
         """Send the next phase of every run, one barrier to each switch touched, and wait for the
-        replies; a run whose messages were refused or whose switches failed gets its reason."""
+        replies; a run whose messages were refused or whose switches failed gets its reason.
+
+        With bundles, a switch whose bundle did not commit gets its changes again (see
+        `apply_many`): one more attempt per such switch, each with `timeout` for its replies.
+        """
+        work: dict[int, Work] = {}
+        waiting_on: dict[int, list[_Run]] = {}  # dpid -> runs whose phase ends with its barrier
+        for run in runs:
+            phase = run.phases[run.next]
+            run.next += 1
+            for step in phase.steps:
+                assert step.spec is not None
+                work.setdefault(step.spec.dpid, []).append((run, step))
+            for dpid in phase.switches:
+                waiting_on.setdefault(dpid, []).append(run)
+        todo = {dpid: (work.get(dpid, []), self._takes_bundles(dpid)) for dpid in waiting_on}
+        while todo:
+            todo = self._attempt(todo, waiting_on, timeout)
+            waiting_on = {dpid: _runs_of(again) for dpid, (again, _) in todo.items()}
+
+    def _attempt(self, todo: dict[int, tuple[Work, bool]], waiting_on: dict[int, list[_Run]],
+                 timeout: float) -> dict[int, tuple[Work, bool]]:
+        """Send each switch of `todo` its steps (in a bundle where the flag says so) and a barrier,
+        wait for the replies and give each run its reason; return what must be sent again."""
         assert self.app is not None
         app = self.app
         waiter = app.waiter()
-        sent: dict[tuple[int, int], tuple[_Run, Step]] = {}
-        waiting_on: dict[int, list[_Run]] = {}  # dpid -> runs whose phase ends with its barrier
+        sent: dict[int, _Sent] = {}
+        barriers: dict[int, int] = {}
         try:
-            by_dpid: dict[int, list[tuple[_Run, Step]]] = {}
-            for run in runs:
-                phase = run.phases[run.next]
-                run.next += 1
-                for step in phase.steps:
-                    assert step.spec is not None
-                    by_dpid.setdefault(step.spec.dpid, []).append((run, step))
-                for dpid in phase.switches:
-                    waiting_on.setdefault(dpid, []).append(run)
-            for dpid, work in by_dpid.items():
-                reason = self._send_steps(waiter, dpid, work, sent)
-                if reason is not None:
-                    for run, _ in work:
-                        run.fail(reason)
-            barriers: dict[int, int] = {}
-            for dpid, waiting in waiting_on.items():
+            for dpid, (steps, bundle) in todo.items():
+                waiting = waiting_on.get(dpid, [])
                 if all(run.reason is not None for run in waiting):
                     continue
                 name = self._name(dpid)
@@ -470,6 +540,7 @@ class Fabric:
                         run.fail(f"switch {name} (dpid {dpid:#x}) not connected")
                     continue
                 try:
+                    sent[dpid] = self._send_steps(waiter, dp, [(r, s) for r, s in steps if r.reason is None], bundle)
                     barriers[dpid] = app.send(dp, encoder.barrier(dp), waiter, barrier=True)
                 except ConnectionError:
                     for run in waiting:
@@ -482,51 +553,167 @@ class Fabric:
                         break
                     waiter.cond.wait(left)
                 errors = list(waiter.errors)
+                replies = dict(waiter.bundle_replies)
                 gone = set(waiter.gone)
                 late = {d for d, _ in waiter.barriers if d not in gone}
         finally:
             app.forget(waiter)
+        first_error: dict[tuple[int, int], tuple[int, int, int, int]] = {}
         for error in errors:
             dpid, xid = error[0], error[1]
-            if (dpid, xid) in sent:
-                run, step = sent[(dpid, xid)]
+            first_error.setdefault((dpid, xid), error)
+            if dpid in sent and xid in sent[dpid].plain:
+                run, step = sent[dpid].plain[xid]
                 run.fail(self._refusal(error, step))
             elif barriers.get(dpid) == xid:
                 for run in waiting_on.get(dpid, []):
                     run.fail(self._refusal(error, None))
-        for run in runs:
+        again: dict[int, tuple[Work, bool]] = {}
+        for dpid, out in sent.items():
+            if out.commit_xid is not None:
+                retry = self._read_bundle(dpid, out, first_error, replies, dpid not in gone and dpid not in late)
+                if retry is not None:
+                    again[dpid] = retry
+        switches: dict[int, tuple[_Run, list[int]]] = {}
+        for dpid, waiting in waiting_on.items():
+            for run in waiting:
+                switches.setdefault(id(run), (run, []))[1].append(dpid)
+        for run, dpids in switches.values():
             if run.reason is not None:
                 continue
-            switches = run.phases[run.next - 1].switches
-            lost = sorted(d for d in switches if d in gone)
+            lost = sorted(d for d in dpids if d in gone)
             if lost:
                 run.fail("; ".join(f"switch {self._name(d)} (dpid {d:#x}) disconnected" for d in lost))
                 continue
-            slow = sorted({self._name(d) for d in switches if d in late})
+            slow = sorted({self._name(d) for d in dpids if d in late})
             if slow:
                 run.fail(f"no barrier reply from {', '.join(slow)} within {timeout:g}s")
+        return {dpid: (steps, bundle) for dpid, (steps, bundle) in again.items()
+                if any(run.reason is None for run, _ in steps)}
 
-    def _send_steps(self, waiter: Waiter, dpid: int, work: list[tuple[_Run, Step]],
-                    sent: dict[tuple[int, int], tuple[_Run, Step]]) -> str | None:
-        """Send the messages of `work` (steps of several runs) to switch `dpid`, in order, as one write."""
+    def _send_steps(self, waiter: Waiter, dp, work: Work, bundle: bool) -> _Sent:
+        """Send the messages of `work` (steps of several runs) to switch `dp`, in order, as one write;
+        with `bundle`, the flow and group mods go in one bundle after the other messages (meter mods).
+
+        Raises ConnectionError when the switch is closing.
+        """
+        assert self.app is not None
+        plain: list[tuple[object, tuple[_Run, Step]]] = []
+        bundled: list[tuple[object, tuple[_Run, Step]]] = []
+        for run, step in work:
+            msgs = encoder.encode_step(dp, step, self.scale)
+            into = bundled if bundle and msgs and all(ofbundles.bundlable(dp, m) for m in msgs) else plain
+            into.extend((msg, (run, step)) for msg in msgs)
+        msgs = [msg for msg, _ in plain]
+        if bundled:
+            bundle_id = next(self._bundle_ids) % (1 << 32)
+            msgs += [ofbundles.open_request(dp, bundle_id),
+                     *(ofbundles.add_message(dp, bundle_id, msg) for msg, _ in bundled),
+                     ofbundles.commit_request(dp, bundle_id)]
+        xids = self.app.send_many(dp, msgs, waiter) if msgs else []
+        out = _Sent(plain=dict(zip(xids[:len(plain)], (owner for _, owner in plain), strict=True)), bundled=[], adds={})
+        if bundled:
+            rest = xids[len(plain):]
+            out.open_xid, out.commit_xid = rest[0], rest[-1]
+            out.adds = dict(zip(rest[1:-1], (owner for _, owner in bundled), strict=True))
+            out.bundled = list({(id(run), id(step)): (run, step) for _, (run, step) in bundled}.values())
+        return out
+
+    def _read_bundle(self, dpid: int, out: _Sent, errors: dict[tuple[int, int], tuple[int, int, int, int]],
+                     replies: dict[tuple[int, int], int], answered: bool) -> tuple[Work, bool] | None:
+        """Give the runs of a bundle sent to `dpid` what the switch answered; return the steps to send
+        again and whether in a bundle, or None. Not `answered` (no barrier reply: the switch is gone
+        or slow, and its runs fail for that): only the refusals that came are given."""
+        ofp = ofproto_v1_3
+        name = self._name(dpid)
+        committed = ofbundles.is_commit_reply(ofp, replies.get((dpid, out.commit_xid), -1))
+        add_errors = {xid: errors[(dpid, xid)] for xid in out.adds if (dpid, xid) in errors}
+        not_taken = [xid for xid, e in add_errors.items() if ofbundles.is_bundle_error(ofp, e[2], e[3])]
+        opening = errors.get((dpid, out.open_xid))
+        if committed:
+            self._count_bundle(dpid)
+        if not answered:
+            if opening is None:
+                for xid, error in add_errors.items():
+                    if xid not in not_taken:
+                        run, step = out.adds[xid]
+                        run.fail(self._refusal(error, step))
+            return None
+        if opening is not None or not_taken:
+            # The switch did not take the bundle (or some of its messages) as sent: plain messages,
+            # for what the bundle did not apply.
+            problem = opening if opening is not None else add_errors[not_taken[0]]
+            if not_taken or ofbundles.refuses_bundles(ofp, problem[2], problem[3]):
+                self._bundle_support(dpid, False, ofbundles.describe_error(ofp, problem[2], problem[3],
+                                                                          encoder.describe_error))
+            if not committed:
+                return _live(out.bundled), False
+            for xid, error in add_errors.items():
+                if xid not in not_taken:
+                    run, step = out.adds[xid]
+                    run.fail(self._refusal(error, step))
+            return _live([out.adds[xid] for xid in not_taken]), False
+        for xid, error in add_errors.items():
+            run, step = out.adds[xid]
+            run.fail(self._refusal(error, step))
+        if committed:
+            self._bundle_support(dpid, True)
+            return None
+        survivors = _live(out.bundled)
+        if not survivors:
+            return None
+        if add_errors:  # nothing applied; the changes the switch did not blame go again, in a new bundle
+            return survivors, True
+        failing = errors.get((dpid, out.commit_xid))
+        why = ofbundles.describe_error(ofp, failing[2], failing[3], encoder.describe_error) if failing else \
+            "no commit reply before the barrier reply"
+        LOG.warning("switch %s did not commit a bundle and named no message (%s): its %d step(s) go again "
+                    "without a bundle", name, why, len(survivors))
+        return survivors, False
+
+    def _takes_bundles(self, dpid: int) -> bool:
+        """Whether a round's changes for switch `dpid` go in a bundle: bundles are on and its
+        connection has not refused one."""
+        if not self.bundles or self.app is None:
+            return False
+        known = self._bundle_switches.get(dpid)
+        return known is None or known[0] is not self.app.datapath(dpid) or known[1]
+
+    def _bundle_support(self, dpid: int, takes: bool, why: str | None = None) -> None:
+        """Remember (for its connection) whether switch `dpid` takes bundles; log it once."""
         assert self.app is not None
         dp = self.app.datapath(dpid)
-        name = self._name(dpid)
         if dp is None:
-            return f"switch {name} (dpid {dpid:#x}) not connected"
-        msgs, owners = [], []
-        for run, step in work:
-            if run.reason is None:
-                for msg in encoder.encode_step(dp, step, self.scale):
-                    msgs.append(msg)
-                    owners.append((run, step))
-        try:
-            xids = self.app.send_many(dp, msgs, waiter)
-        except ConnectionError:
-            return f"switch {name} (dpid {dpid:#x}) disconnected"
-        for xid, owner in zip(xids, owners, strict=True):
-            sent[(dpid, xid)] = owner
-        return None
+            return
+        with self._bundle_lock:
+            known = self._bundle_switches.get(dpid)
+            if known is not None and known[0] is dp and known[1] == takes:
+                return
+            self._bundle_switches[dpid] = (dp, takes)
+        if takes:
+            LOG.info("switch %s (dpid %#x) takes OpenFlow bundles (ONF extension): each round's flow and group "
+                     "changes apply atomically", self._name(dpid), dpid)
+        else:
+            LOG.info("switch %s (dpid %#x) refused an OpenFlow bundle (%s): plain messages and barriers while it "
+                     "stays connected", self._name(dpid), dpid, why)
+
+    def _count_bundle(self, dpid: int) -> None:
+        name = self._name(dpid)
+        with self._bundle_lock:
+            self._bundles_committed[name] = self._bundles_committed.get(name, 0) + 1
+
+    def bundle_support(self) -> dict[str, bool]:
+        """Per connected switch known by now (it was sent a bundle on this connection): whether it
+        takes OpenFlow bundles."""
+        connected = {dpid: self.app.datapath(dpid) for dpid in self.connected()} if self.app is not None else {}
+        with self._bundle_lock:
+            return {self._name(dpid): takes for dpid, (dp, takes) in self._bundle_switches.items()
+                    if connected.get(dpid) is dp}
+
+    def bundles_committed(self) -> dict[str, int]:
+        """Per switch name, how many bundles it committed since this fabric started."""
+        with self._bundle_lock:
+            return dict(self._bundles_committed)
 
     def _refusal(self, error: tuple[int, int, int, int], step: Step | None) -> str:
         dpid, _, type_, code = error
@@ -668,10 +855,12 @@ class Fabric:
 
 
 def start_openflow(topology: Topology, listen_host: str = "127.0.0.1", listen_port: int = 6653,
-                   scale: float = 1.0) -> Fabric:
+                   scale: float = 1.0, bundles: bool = True) -> Fabric:
     """Start os-ken with `TsdnOpenFlowApp` listening on `listen_host:listen_port`; return the Fabric.
 
-    `scale` multiplies meter rates (the emulation scale; 1.0 on real switches). Raises
+    `scale` multiplies meter rates (the emulation scale; 1.0 on real switches). `bundles`: apply
+    each switch's flow and group changes of a round in an OpenFlow bundle where the switch takes
+    them (False: plain messages and barriers only, as for comparisons). Raises
     `OSError` when the port cannot be bound, `RuntimeError` when a fabric already runs in
     this process or os-ken does not come up within `START_TIMEOUT` seconds.
     """
@@ -681,7 +870,7 @@ def start_openflow(topology: Topology, listen_host: str = "127.0.0.1", listen_po
     with _running_lock:
         if _running is not None:
             raise RuntimeError(f"an OpenFlow fabric already runs in this process (on {_running.listen}); stop it first")
-        fabric = Fabric(topology, scale, (listen_host, listen_port))
+        fabric = Fabric(topology, scale, (listen_host, listen_port), bundles=bundles)
         _running = fabric
     ready = threading.Event()
     failure: list[BaseException] = []
@@ -700,6 +889,7 @@ def start_openflow(topology: Topology, listen_host: str = "127.0.0.1", listen_po
             fabric.app = manager.applications["TsdnOpenFlowApp"]
             fabric.app.on_connected = fabric._switch_connected
             fabric.app.port_stats_hook = fabric._port_stats
+            fabric.app.counters_reset_hook = fabric._counters_reset
             fabric._handler = manager.applications.get("ofp_event")
         except BaseException as exc:
             failure.append(exc)
@@ -727,5 +917,6 @@ def start_openflow(topology: Topology, listen_host: str = "127.0.0.1", listen_po
     except BaseException:
         fabric.stop()
         raise
-    LOG.info("OpenFlow fabric listening on %s:%s (scale %g)", listen_host, listen_port, scale)
+    LOG.info("OpenFlow fabric listening on %s:%s (scale %g, bundles %s)", listen_host, listen_port, scale,
+             "on" if bundles else "off")
     return fabric
