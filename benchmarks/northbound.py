@@ -7,6 +7,14 @@ then DeleteReservation; after a warm-up, the measured phase gives admissions per
 p50/p99 latency of CreateReservation, and the same for every RPC. A second phase sends
 QueryAvailability from the same clients.
 
+Campaigns (`CreateReservations`, many reservations in one call) against single calls, in rounds:
+in each round every client admits `BATCH_SIZE` reservations (a random DTN pair each, 100M for an
+hour) at once with the others, through one CreateReservations (`batch_admissions_per_s`) or
+through `BATCH_SIZE` CreateReservation calls in a row (`single_admissions_per_s`, the same load
+as single calls); a round's admissions over the time from its start to its last answer, summed
+over the rounds (the deletes between rounds are not timed). `batch_1000_ms`: one
+CreateReservations of 1,000 requests from one client (admission only: no switches here).
+
 A last pair of phases asks whether open streams starve unary calls: 4 clients each run a round
 of CreateReservation, DeleteReservation, Heartbeat and the health Check every 0.1 s (160 calls/s
 offered, a busy show), first with no stream open (the baseline), then with 1,000 real server
@@ -41,6 +49,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +58,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from benchmarks.controller_process import ControllerProcess
 from benchmarks.report import print_result, say
-from northbound.client import ApiError, TsdnClient
+from northbound.client import ApiError, TsdnClient, reservation_request
 from northbound.proto.tsdn.v1 import agent_pb2
 from sdn_app.core.clock import SystemClock
 from sdn_app.core.errors import TsdnError
@@ -66,6 +75,9 @@ BANDWIDTH = 1 * G
 PRINCIPAL = "bench"
 TOKEN = "bench-token-" + "0123456789abcdef" * 2
 TARGETS = {"admissions_per_s": 1000, "p99_ms": 20, "unary_p99_ms_with_1000_streams": 50}
+BATCH_SIZE = 100  # reservations each client admits per round of the batch phases
+CAMPAIGN = 1000  # requests of the one big CreateReservations timed
+BATCH_BANDWIDTH = 100 * 10**6  # small: rounds of thousands of reservations fit sc16 without refusals
 STREAMS = 1000  # streams held open in the streams phase
 STREAM_CLIENTS = 4  # unary clients of the streams phases, each paced at one round every ROUND_S
 ROUND_S = 0.1  # create, delete, heartbeat, health Check: 4 clients offer 160 calls/s (40 creates/s)
@@ -96,6 +108,7 @@ class Phases:
     admissions: float
     availability: float
     streams: float = 0.0  # each of the two streams phases
+    batch: float = 0.0  # each of the two batch phases (at least one round each)
 
     @classmethod
     def for_run(cls, quick: bool, seconds: float | None) -> Phases:
@@ -105,7 +118,7 @@ class Phases:
         warmup = min(1.0 if quick else 3.0, seconds)
         return cls(core=min(seconds, 2.0 if quick else 10.0), health=min(seconds, 3.0 if quick else 10.0),
                    warmup=warmup, admissions=seconds, availability=seconds,
-                   streams=min(seconds, 3.0 if quick else 10.0))
+                   streams=min(seconds, 3.0 if quick else 10.0), batch=min(seconds, 1.0 if quick else 10.0))
 
 
 @dataclass
@@ -279,6 +292,108 @@ def availability_phase(address: str, clients: int, dtns: list[str], warmup: floa
             return [record]
         return query, client.close
     return drive(make, clients, warmup, seconds, seed + 1)
+
+
+@dataclass
+class Rounds:
+    """The timed part of the rounds of a batch phase: admissions, refusals, and the seconds from
+    each round's start to its last answer, summed."""
+
+    admitted: int = 0
+    refused: int = 0
+    errors: int = 0  # calls that failed otherwise (deletes included)
+    seconds: float = 0.0
+    rounds: int = 0
+
+    @property
+    def rate(self) -> float | None:
+        """Admissions per second over the timed parts."""
+        return round(self.admitted / self.seconds, 1) if self.seconds > 0 else None
+
+
+def batch_requests(rng: random.Random, dtns: list[str], count: int) -> list:
+    """`count` requests between random DTN pairs, BATCH_BANDWIDTH for an hour."""
+    return [reservation_request(*rng.sample(dtns, 2), BATCH_BANDWIDTH, duration=HOUR) for _ in range(count)]
+
+
+def batch_phase(address: str, clients: int, dtns: list[str], seconds: float, seed: int, failures: list[str],
+                batch: bool) -> Rounds:
+    """Rounds until `seconds` passed (one at least): every client admits BATCH_SIZE reservations at
+    once with the others, in one CreateReservations (`batch`) or in CreateReservation calls, then
+    deletes them (untimed)."""
+    sessions = [TsdnClient(address, token=TOKEN, timeout=60) for _ in range(clients)]
+    rngs = [random.Random(seed * 1000 + i + (500 if batch else 0)) for i in range(clients)]
+    tally = Rounds()
+
+    def admit(i: int) -> tuple[list[str], collections.Counter[str]]:
+        """(names admitted, outcomes counted: refused, error) of client i's part of a round."""
+        counted: collections.Counter[str] = collections.Counter()
+        if batch:
+            requests = batch_requests(rngs[i], dtns, BATCH_SIZE)
+            (_, _, _, outcome), response = timed("batch", lambda: sessions[i].create_reservations(requests), failures)
+            if response is None:
+                counted[outcome] += 1
+                return [], counted
+            counted["refused"] += response.refused
+            return [r.reservation.name for r in response.results if r.HasField("reservation")], counted
+        names = []
+        for _ in range(BATCH_SIZE):
+            src, dst = rngs[i].sample(dtns, 2)
+            (_, _, _, outcome), reservation = timed("create", lambda s=src, d=dst: sessions[i].create_reservation(
+                s, d, BATCH_BANDWIDTH, duration=HOUR), failures)
+            if reservation is None:
+                counted[outcome] += 1
+            else:
+                names.append(reservation.name)
+        return names, counted
+
+    def delete(i: int, names: list[str]) -> int:
+        """Client i deletes `names`; how many deletes failed."""
+        return sum(timed("delete", lambda n=name: sessions[i].delete_reservation(n), failures)[0][3] == "error"
+                   for name in names)
+
+    try:
+        with ThreadPoolExecutor(clients) as pool:
+            ends = time.perf_counter() + seconds
+            while tally.rounds == 0 or time.perf_counter() < ends:
+                began = time.perf_counter()
+                outcomes = list(pool.map(admit, range(clients)))
+                tally.seconds += time.perf_counter() - began
+                tally.rounds += 1
+                tally.admitted += sum(len(names) for names, _ in outcomes)
+                tally.refused += sum(counted["refused"] for _, counted in outcomes)
+                tally.errors += sum(counted["error"] for _, counted in outcomes)
+                tally.errors += sum(pool.map(delete, range(clients), [names for names, _ in outcomes]))
+    finally:
+        for session in sessions:
+            session.close()
+    return tally
+
+
+def campaign_phase(address: str, dtns: list[str], seed: int, failures: list[str], clients: int) -> tuple[dict, int]:
+    """One CreateReservations of CAMPAIGN requests from one client: its latency and outcome (the
+    reservations are deleted after, by `clients` threads), and how many calls failed."""
+    session = TsdnClient(address, token=TOKEN, timeout=120)
+    try:
+        requests = batch_requests(random.Random(seed + 3), dtns, CAMPAIGN)
+        (_, _, latency, outcome), response = timed("campaign", lambda: session.create_reservations(requests),
+                                                   failures)
+    finally:
+        session.close()
+    names = [r.reservation.name for r in response.results if r.HasField("reservation")] if response else []
+    deleters = [TsdnClient(address, token=TOKEN, timeout=10) for _ in range(clients)]
+    try:
+        with ThreadPoolExecutor(clients) as pool:
+            deletes = [record for records in pool.map(
+                lambda i: [timed("delete", lambda n=name: deleters[i].delete_reservation(n), failures)[0]
+                           for name in names[i::clients]], range(clients)) for record in records]
+    finally:
+        for deleter in deleters:
+            deleter.close()
+    errors = (outcome == "error") + sum(record[3] == "error" for record in deletes)
+    return {"batch_1000_ms": round(latency * 1000, 1) if response is not None else None,
+            "batch_1000_admitted": response.admitted if response is not None else 0,
+            "batch_1000_refused": response.refused if response is not None else None}, errors
 
 
 def core_phase(workdir: Path, dtns: list[str], seconds: float, seed: int) -> dict:
@@ -563,6 +678,13 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
             with cpu_use(pid, cpu, "availability"):
                 availability = availability_phase(address, clients, dtns, min(1.0, phases.warmup),
                                                   phases.availability, seed, failures)
+            batched = batch_phase(address, clients, dtns, phases.batch, seed, failures, batch=True)
+            singles = batch_phase(address, clients, dtns, phases.batch, seed, failures, batch=False)
+            campaign, campaign_errors = campaign_phase(address, dtns, seed, failures, clients)
+            say(f"campaigns: {batched.rate} admissions/s through CreateReservations of {BATCH_SIZE} "
+                f"({batched.rounds} round(s) of {clients} clients at once), {singles.rate}/s through "
+                f"CreateReservation ({singles.rounds} round(s)); one CreateReservations of {CAMPAIGN}: "
+                f"{campaign['batch_1000_ms']} ms, {campaign['batch_1000_admitted']} admitted")
             say(f"unary calls from {STREAM_CLIENTS} clients, then again with {streams} streams open ...")
             starved = streams_phases(address, streams, dtns, min(1.0, phases.warmup), phases.streams, seed,
                                      failures, pid, cpu)
@@ -575,7 +697,8 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
     delete_latency = latency_summary([r.latency for r in admissions.of("delete", "ok")])
     query_latency = latency_summary([r.latency for r in availability.of("query", "ok")])
     errors = sum(len(t.of(outcome="error")) for t in (health, admissions, availability))
-    errors += starved["baseline"]["errors"] + starved["with_streams"]["errors"]
+    errors += starved["baseline"]["errors"] + starved["with_streams"]["errors"] + batched.errors + singles.errors
+    errors += campaign_errors
     with_streams, baseline = starved["with_streams"], starved["baseline"]
     all_open = starved["streams"]["open"] == streams
     result = {
@@ -603,6 +726,15 @@ def run(quick: bool = False, clients: int = 16, seconds: float | None = None, se
         "health_rpcs_per_s": health.rate("check", "ok"),
         "health_p50_ms": health_latency["p50_ms"],
         "health_p99_ms": health_latency["p99_ms"],
+        # Campaigns: rounds of BATCH_SIZE reservations per client at once, in one CreateReservations
+        # or in single calls (see the module's docstring); the single-call loop above is admissions_per_s.
+        "batch_size": BATCH_SIZE,
+        "batch_admissions_per_s": batched.rate,
+        "single_admissions_per_s": singles.rate,
+        "batch_rounds": batched.rounds,
+        "single_rounds": singles.rounds,
+        "batch_refused": batched.refused + singles.refused,
+        **campaign,
         **core,
         # Unary calls (create, heartbeat, health Check) from STREAM_CLIENTS clients with no stream open,
         # then with `streams` open (the 1000 key: None unless 1000 were asked for and all opened).

@@ -6,7 +6,7 @@ from benchmarks import northbound
 from tsdn.cli import build_parser
 
 RATES = ("admissions_per_s", "rpcs_per_s", "availability_queries_per_s", "health_rpcs_per_s",
-         "core_admissions_per_s")
+         "core_admissions_per_s", "batch_admissions_per_s", "single_admissions_per_s")
 
 
 def test_last_line_is_the_result_object(capsys):
@@ -21,6 +21,11 @@ def test_last_line_is_the_result_object(capsys):
     for key in ("p50_ms", "p99_ms", "rpc_p99_ms", "availability_p99_ms", "health_p99_ms", "core_p99_ms"):
         assert isinstance(result[key], int | float) and result[key] >= 0, key
     assert result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+    # Campaigns: at least one round of each kind, every reservation admitted; one batch of 1,000 timed.
+    assert result["batch_size"] == 100 and result["batch_rounds"] >= 1 and result["single_rounds"] >= 1
+    assert result["batch_refused"] == 0
+    assert (result["batch_1000_admitted"], result["batch_1000_refused"]) == (1000, 0)
+    assert isinstance(result["batch_1000_ms"], int | float) and result["batch_1000_ms"] > 0
     assert result["errors"] == 0, err
     assert isinstance(result["refused"], int)
     assert isinstance(result["meets_targets"], bool)

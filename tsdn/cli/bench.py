@@ -46,6 +46,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                                              "the fast-failover gap, on sc16 in Mininet (needs root, Mininet, OVS)")
     reroute.add_argument("--quick", action="store_true", help="fewer rounds; finishes in under 2 min")
     reroute.set_defaults(run=run_reroute)
+    tables = sub.add_parser("tables", help="flow-table entries per switch with 10,000 reservations on sc16: "
+                                           "label-switched paths against per-hop flows (no switches needed)")
+    tables.add_argument("--count", type=_claims, default=10_000, metavar="N", help="reservations (default 10,000)")
+    tables.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
+    tables.set_defaults(run=run_tables)
     transfer = sub.add_parser("transfer", help="builtin transfer engine against iperf3 and FDT on loopback (1, 2, 4 "
                                                "streams), and disk-to-disk on tmpfs against memory-to-memory")
     transfer.add_argument("--quick", action="store_true",
@@ -136,6 +141,13 @@ def run_reroute(args: argparse.Namespace) -> int:
     from benchmarks.reroute import main
 
     return main(quick=args.quick)
+
+
+def run_tables(args: argparse.Namespace) -> int:
+    """`tsdn bench tables [--count N] [--seed S]`."""
+    from benchmarks.tables import main
+
+    return main(count=args.count, seed=args.seed)
 
 
 def run_transfer(args: argparse.Namespace) -> int:
