@@ -123,21 +123,29 @@ def network(clean_mininet) -> Iterator[Callable[..., object]]:
 ALL_RING8_SWITCHES = frozenset(f"s{i}" for i in range(1, 9))
 
 
-@pytest.fixture
-def controlled(network, tmp_path) -> Iterator[tuple[object, dict, object]]:
-    """ring8 in Mininet, controlled by a `tsdn controller` process; yields (network, CLI env, process)."""
+@contextlib.contextmanager
+def ring8_under_controller(network, tmp_path, **controller) -> Iterator[tuple[object, dict, object]]:
+    """ring8 in Mininet under a `tsdn controller` process (`ControllerProcess(**controller)`), every
+    switch connected; yields (network, CLI env, process) and stops the controller after."""
     from benchmarks.report import free_port
     from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges
     from tests.waiting import wait_for
 
-    controller = ControllerProcess(tmp_path, free_port())
+    process = ControllerProcess(tmp_path, free_port(), **controller)
     try:
-        address = controller.start()
-        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port))
+        address = process.start()
+        net = network("ring8", scale=SCALE, controller=("127.0.0.1", process.openflow_port))
         wait_for(lambda: connected_bridges() >= ALL_RING8_SWITCHES, "all 8 switches to connect", DEADLINE)
-        yield net, cli_env(address, tmp_path), controller
+        yield net, cli_env(address, tmp_path), process
     finally:
-        controller.stop()
+        process.stop()
+
+
+@pytest.fixture
+def controlled(network, tmp_path) -> Iterator[tuple[object, dict, object]]:
+    """ring8 in Mininet, controlled by a `tsdn controller` process; yields (network, CLI env, process)."""
+    with ring8_under_controller(network, tmp_path) as running:
+        yield running
 
 
 @pytest.fixture

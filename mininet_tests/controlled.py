@@ -55,15 +55,18 @@ class ControllerProcess:
     """A `tsdn controller` process controlling `topology` over OpenFlow; can be killed and started again."""
 
     def __init__(self, tmp_path: Path, openflow_port: int, topology: str = "ring8", scale: float = SCALE,
-                 extra: tuple[str, ...] = (), agents: tuple[str, ...] = (), priority: int = 1):
+                 extra: tuple[str, ...] = (), agents: tuple[str, ...] = (), priority: int = 1,
+                 label_grace: str = "0s"):
         """`agents`: DTNs that get an agent token bound to them (`agent_token(dtn)`), and the
         controller also listens on `agent_socket`, which Mininet hosts reach. `priority`: the
-        service principal's (rucio's) in the tokens file."""
+        service principal's (rucio's) in the tokens file. `label_grace`: `--label-grace`; 0s by
+        default, so a path nobody uses leaves the switches at once and a test sees what a release
+        or a move left behind (tests/test_label_plans.py covers the grace)."""
         self.tmp_path = tmp_path
         self.openflow_port = openflow_port
         self.topology = topology
         self.scale = scale
-        self.extra = extra
+        self.extra = (*extra, "--label-grace", label_grace)
         self.grpc_address = "127.0.0.1:0"
         self.agent_socket = f"unix:{tmp_path / 'grpc.sock'}"
         self.process: subprocess.Popen | None = None

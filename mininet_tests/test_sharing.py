@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from benchmarks.report import free_port
-from mininet_tests.conftest import ALL_RING8_SWITCHES
-from mininet_tests.controlled import DEADLINE, SCALE, TOKEN, ControllerProcess, cli_env, connected_bridges, tsdn
+from mininet_tests.conftest import ALL_RING8_SWITCHES, ring8_under_controller
+from mininet_tests.controlled import DEADLINE, SCALE, TOKEN, ControllerProcess, connected_bridges, tsdn
 from mininet_tests.test_transfer import Watch, start_agent
 from mininet_tests.traffic import start_iperf3
 from northbound.client import TsdnClient
@@ -28,14 +28,8 @@ OFFERED_MBPS = 100 * G * SCALE / 1e6  # every flow offers a whole 100G link's wo
 @pytest.fixture
 def prioritised(network, tmp_path):
     """ring8 in Mininet under a `tsdn controller` whose service principal has priority 5."""
-    controller = ControllerProcess(tmp_path, free_port(), priority=5)
-    try:
-        address = controller.start()
-        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port))
-        wait_for(lambda: connected_bridges() >= ALL_RING8_SWITCHES, "all 8 switches to connect", DEADLINE)
-        yield net, cli_env(address, tmp_path)
-    finally:
-        controller.stop()
+    with ring8_under_controller(network, tmp_path, priority=5) as (net, env, _):
+        yield net, env
 
 
 def request(env, *args) -> dict:

@@ -139,11 +139,11 @@ class TsdnClient:
             if self.target in self.targets else self.targets[0]
         return bool(leader)
 
-    def _call(self, pick: Callable[[_Stubs], Callable[..., T]], request: Any) -> T:
+    def _call(self, pick: Callable[[_Stubs], Callable[..., T]], request: Any, timeout: float | None = None) -> T:
         attempt = redirects = 0
         while True:
             try:
-                return pick(self._stubs())(request, timeout=self.timeout, metadata=self._metadata)
+                return pick(self._stubs())(request, timeout=timeout or self.timeout, metadata=self._metadata)
             except grpc.RpcError as error:
                 code = error.code()
                 if code is grpc.StatusCode.DEADLINE_EXCEEDED and len(self.targets) > 1 and attempt < self.retries:
@@ -178,17 +178,34 @@ class TsdnClient:
         like "2001:db8:1:2::/64"): the traffic reserved is the IPv6 between them, not the DTNs'
         IPv4. `request_id` defaults to a fresh UUID that every retry of this call reuses.
         """
-        request = pb.CreateReservationRequest(
-            source_dtn=src, destination_dtn=dst, bandwidth_bps=bandwidth_bps, policy=POLICIES[policy],
-            include=list(include), exclude=list(exclude), protect=protect, labels=dict(labels or {}),
-            request_id=request_id or str(uuid.uuid4()), validate_only=validate_only, hold=hold,
-            manual_provision=manual_provision, priority=priority, ceiling_bps=ceiling_bps,
-            src_prefix=src_prefix, dst_prefix=dst_prefix,
-        )
-        _set_window(request, start, end, duration)
-        if max_hops is not None:
-            request.max_hops = max_hops
+        request = reservation_request(
+            src, dst, bandwidth_bps, start=start, end=end, duration=duration, policy=policy, include=include,
+            exclude=exclude, max_hops=max_hops, protect=protect, labels=labels, request_id=request_id,
+            validate_only=validate_only, hold=hold, manual_provision=manual_provision, priority=priority,
+            ceiling_bps=ceiling_bps, src_prefix=src_prefix, dst_prefix=dst_prefix)
         return self._call(lambda s: s.bandwidth.CreateReservation, request)
+
+    def create_reservations(self, requests: Sequence[pb.CreateReservationRequest], *, all_or_nothing: bool = False,
+                            validate_only: bool = False, no_wait: bool = False,
+                            wait_timeout: float | None = None) -> pb.CreateReservationsResponse:
+        """A campaign: up to 1,000 requests (`reservation_request` builds them) in one call, each
+        admitted or refused on its own (or, `all_or_nothing`, every one or none); the answer has
+        one result per request, in order. It comes once every admitted reservation's flows are
+        confirmed or refused, or after `wait_timeout` seconds (default 30, at most 300), or at
+        once with `no_wait`. A request without a request_id is given a fresh UUID, which the
+        retries of this call reuse: a retry never books twice."""
+        batch = pb.CreateReservationsRequest(all_or_nothing=all_or_nothing, validate_only=validate_only,
+                                             no_wait=no_wait)
+        for request in requests:
+            added = batch.requests.add()
+            added.CopyFrom(request)
+            if not added.request_id:
+                added.request_id = str(uuid.uuid4())
+        if wait_timeout is not None:
+            seconds = math.floor(wait_timeout)
+            batch.wait_timeout.CopyFrom(Duration(seconds=seconds, nanos=round((wait_timeout - seconds) * 1e9)))
+        waits = 0.0 if no_wait else 30.0 if wait_timeout is None else wait_timeout
+        return self._call(lambda s: s.bandwidth.CreateReservations, batch, timeout=self.timeout + waits)
 
     def get_reservation(self, name: str) -> pb.Reservation:
         """The reservation `reservations/{id}`."""
@@ -373,6 +390,28 @@ class TsdnClient:
         """A snapshot, then the transfer's changes and rates, until it ends (or `timeout` passes)."""
         request = transfer_pb.WatchTransferRequest(name=_transfer(name))
         yield from self._stream(lambda s: s.transfers.WatchTransfer, request, timeout)
+
+
+def reservation_request(src: str, dst: str, bandwidth_bps: int, *, start: float | None = None,
+                        end: float | None = None, duration: float | None = None, policy: str = "shortest",
+                        include: Sequence[str] = (), exclude: Sequence[str] = (), max_hops: int | None = None,
+                        protect: bool = False, labels: Mapping[str, str] | None = None, request_id: str | None = None,
+                        validate_only: bool = False, hold: bool = False, manual_provision: bool = False,
+                        priority: int = 0, ceiling_bps: int = 0, src_prefix: str = "",
+                        dst_prefix: str = "") -> pb.CreateReservationRequest:
+    """The CreateReservationRequest of `TsdnClient.create_reservation`'s arguments (also one
+    request of a `create_reservations` batch); `request_id` defaults to a fresh UUID."""
+    request = pb.CreateReservationRequest(
+        source_dtn=src, destination_dtn=dst, bandwidth_bps=bandwidth_bps, policy=POLICIES[policy],
+        include=list(include), exclude=list(exclude), protect=protect, labels=dict(labels or {}),
+        request_id=request_id or str(uuid.uuid4()), validate_only=validate_only, hold=hold,
+        manual_provision=manual_provision, priority=priority, ceiling_bps=ceiling_bps,
+        src_prefix=src_prefix, dst_prefix=dst_prefix,
+    )
+    _set_window(request, start, end, duration)
+    if max_hops is not None:
+        request.max_hops = max_hops
+    return request
 
 
 def _name(name: str) -> str:

@@ -7,7 +7,9 @@ Core errors become status codes with the core's message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import inspect
 import logging
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,13 +27,17 @@ from northbound.proto.tsdn.v1 import topology_pb2_grpc as topo_grpc
 from northbound.streams import OPEN_HEADER
 from sdn_app.core import validation
 from sdn_app.core.errors import InvalidArgument, TsdnError
-from sdn_app.core.reservation import Event, Principal, Reservation, Role
-from sdn_app.core.reservations import ReservationBook
+from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
+from sdn_app.core.reservations import MAX_BATCH, BatchItem, ReservationBook
 from sdn_app.worker import CoreWorker, EventHub, Subscription, owner_topic
 
 log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_STATUS_BYTES = 2000  # x3 when percent-encoded: within the 8 KiB of trailers a client accepts
+DEFAULT_WAIT = 30.0  # seconds CreateReservations waits for the switches by default ...
+MAX_WAIT = 300.0  # ... and at most
+DEADLINE_MARGIN = 0.5  # seconds before the call's deadline when a waiting call answers anyway
+_INSTALLING = (State.PROVISIONING, State.MOVING)
 
 
 def _status(error: TsdnError) -> grpc.StatusCode:
@@ -58,13 +64,17 @@ def rpc(method: F | None = None, *, on_core: bool = True) -> Any:
     at once, so a unary call costs two thread hand-offs (loop, core, loop). A method that must
     not run on the core thread (one that takes the OpenFlow side's lock, or does much work of its
     own beside the core's, like turning a page of 1000 reservations into messages) says
-    `@rpc(on_core=False)` and runs in the loop's thread pool. Methods do not use `context`.
+    `@rpc(on_core=False)` and runs in the loop's thread pool. A coroutine method runs on the loop
+    itself, awaiting the core (`worker.call_async`) and any wait without holding a thread. Methods
+    use `context` only for the call's deadline.
     """
     def decorate(method: F) -> F:
         @wraps(method)
         async def handler(self: _Base, request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
                 principal = self.auth.authenticate(context.invocation_metadata())
+                if inspect.iscoroutinefunction(method):
+                    return await method(self, request, context, principal)
                 if on_core:
                     return await self.worker.call_async(lambda: method(self, request, context, principal))
                 return await asyncio.get_running_loop().run_in_executor(None, method, self, request, context,
@@ -187,17 +197,52 @@ class BandwidthServicer(_Base, pb_grpc.BandwidthServiceServicer):
 
     @rpc
     def CreateReservation(self, request: pb.CreateReservationRequest, context, principal: Principal):
-        bandwidth = convert.bandwidth_in(request.bandwidth_bps)
-        terms = convert.terms_in(request)
-        prefixes = convert.prefixes_in(request)
-
         def create() -> pb.Reservation:
-            path_request = convert.path_request_in(request, bandwidth, self.book.clock.now(), request.protect,
-                                                   prefixes)
-            reservation = self.book.create(principal, path_request, dict(request.labels), request.request_id,
-                                           request.validate_only, _fingerprint(request), terms)
+            item = _create_in(request, self.book.clock.now())
+            reservation = self.book.create(principal, item.request, item.labels, item.request_id,
+                                           request.validate_only, item.fingerprint, item.terms)
             return convert.reservation_out(reservation)
         return self.worker.call(create)
+
+    @rpc
+    async def CreateReservations(self, request: pb.CreateReservationsRequest, context, principal: Principal):
+        """A batch admitted in one core call (`ReservationBook.create_many`); unless `no_wait`, the
+        answer waits, holding no thread, until the admitted reservations leave PROVISIONING and
+        MOVING (told by their events, subscribed to in that same core call, so none is missed),
+        `wait_timeout` passes or the call's deadline nears; their states are then read in one more
+        core call."""
+        wait = _wait_in(request, context.time_remaining())
+        if not request.requests:
+            raise InvalidArgument(f"requests: an empty batch; give 1 to {MAX_BATCH:,} requests")
+        if len(request.requests) > MAX_BATCH:
+            raise InvalidArgument(f"requests: {len(request.requests):,} in one batch, at most {MAX_BATCH:,}")
+        hub = self.worker.hub
+
+        def admit() -> tuple[list[Reservation | TsdnError], Subscription | None]:
+            now = self.book.clock.now()
+            items = [_batch_item_in(message, index, now) for index, message in enumerate(request.requests)]
+            results = self.book.create_many(principal, items, request.all_or_nothing, request.validate_only)
+            installing = _installing(results)
+            if not installing or wait <= 0:
+                return results, None
+            # Subscribed before this job ends: the events of these reservations are published after it.
+            return results, hub.subscribe(lambda event: event.reservation.id in installing,
+                                          owner_topic(principal.name))
+
+        def abandoned(admitted: tuple[list, Subscription | None]) -> None:
+            if admitted[1] is not None:
+                hub.unsubscribe(admitted[1])
+        results, subscription = await self.worker.call_async(admit, abandoned=abandoned)
+        if subscription is not None:
+            try:
+                await _settled(subscription, _installing(results), wait)
+            finally:
+                hub.unsubscribe(subscription)
+            admitted = [r for r in results if isinstance(r, Reservation)]
+            now = await self.worker.call_async(lambda: {r.id: self.book.get(principal, r.name) for r in admitted})
+            results = [now[r.id] if isinstance(r, Reservation) else r for r in results]
+        # A thousand reservations turned into messages in the loop's thread pool, not on the loop.
+        return await asyncio.get_running_loop().run_in_executor(None, _batch_out, results)
 
     @rpc
     def GetReservation(self, request: pb.GetReservationRequest, context, principal: Principal):
@@ -366,6 +411,76 @@ class TopologyServicer(_Base, topo_grpc.TopologyServiceServicer):
                 at=m.at, expected=m.expected, observed=m.observed, message=m.message,
                 first_seen=wall_time(m.first_seen), last_seen=wall_time(m.last_seen)))
         return message
+
+
+def _create_in(request: pb.CreateReservationRequest, now: float) -> BatchItem:
+    """The core's form of a CreateReservationRequest, every field checked (`now`: an unset start)."""
+    bandwidth = convert.bandwidth_in(request.bandwidth_bps)
+    terms = convert.terms_in(request)
+    prefixes = convert.prefixes_in(request)
+    path_request = convert.path_request_in(request, bandwidth, now, request.protect, prefixes)
+    return BatchItem(path_request, dict(request.labels), request.request_id, _fingerprint(request), terms)
+
+
+def _batch_item_in(request: pb.CreateReservationRequest, index: int, now: float) -> BatchItem:
+    """`_create_in` of request `index` of a batch; a malformed one is InvalidArgument naming it."""
+    try:
+        if request.validate_only:
+            raise InvalidArgument("validate_only: set it on the batch (CreateReservationsRequest.validate_only), "
+                                  "not on one of its requests")
+        return _create_in(request, now)
+    except InvalidArgument as error:
+        named = f"requests[{index}]" + (f" (request_id {validation.shown(request.request_id)})"
+                                        if request.request_id else "")
+        raise InvalidArgument(f"{named}: {error}") from None
+
+
+def _wait_in(request: pb.CreateReservationsRequest, deadline_in: float | None) -> float:
+    """Seconds CreateReservations may wait for the switches (0: no_wait): `wait_timeout` (unset:
+    `DEFAULT_WAIT`, at most `MAX_WAIT`), ending `DEADLINE_MARGIN` before the call's deadline."""
+    wait = DEFAULT_WAIT
+    if request.HasField("wait_timeout"):
+        wait = convert.duration_in(request.wait_timeout, "wait_timeout")
+        if wait > MAX_WAIT:
+            raise InvalidArgument(f"wait_timeout: {wait:g} s, at most {MAX_WAIT:g} s")
+    if request.no_wait:
+        return 0.0
+    return wait if deadline_in is None else min(wait, max(0.0, deadline_in - DEADLINE_MARGIN))
+
+
+async def _settled(subscription: Subscription, installing: set[str], wait: float) -> None:
+    """Return once none of `installing` (reservation ids) is PROVISIONING or MOVING, as their events
+    on `subscription` tell, or `wait` seconds passed, or the subscription closed."""
+    subscription.wake_on(asyncio.get_running_loop())
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(wait):
+            while installing:
+                event = await subscription.next_async()
+                if event is None:  # closed: the controller stops (or the queue overflowed)
+                    return
+                if event.reservation.state in _INSTALLING:
+                    installing.add(event.reservation.id)
+                else:
+                    installing.discard(event.reservation.id)
+
+
+def _installing(results: list[Reservation | TsdnError]) -> set[str]:
+    """Ids of the reservations admitted (not merely checked: validate_only) still installing."""
+    return {r.id for r in results if isinstance(r, Reservation) and r.id and r.state in _INSTALLING}
+
+
+def _batch_out(results: list[Reservation | TsdnError]) -> pb.CreateReservationsResponse:
+    """The answer of CreateReservations: each outcome in order, and the counts."""
+    response = pb.CreateReservationsResponse()
+    response.installing = len(_installing(results))
+    for outcome in results:
+        if isinstance(outcome, Reservation):
+            response.results.add(reservation=convert.reservation_out(outcome))
+            response.admitted += 1
+        else:
+            response.results.add(error=pb.ItemError(code=outcome.code, message=status_message(outcome)))
+            response.refused += 1
+    return response
 
 
 def _fingerprint(request: pb.CreateReservationRequest) -> str:

@@ -1,6 +1,7 @@
 """A small OpenFlow table simulator for flow plans (test support; the shape of Faucet's fakeoftable).
 
-`FlowTables(topology)` keeps one table per switch. `apply(step)` applies a `plans.Step` the
+`FlowTables(topology)` keeps the tables of every switch (table 0, and the steer table the
+label design's classifiers go to with their metadata). `apply(step)` applies a `plans.Step` the
 way an OpenFlow 1.3 switch would, and stricter where a plan bug would otherwise hide:
 - ADD_FLOW of a key already present, MODIFY_FLOW or DELETE_FLOW of a missing key, ADD_GROUP
   or ADD_METER of a taken id, MODIFY/DELETE of a missing meter or group raise `TableError`
@@ -12,9 +13,11 @@ way an OpenFlow 1.3 switch would, and stricter where a plan bug would otherwise 
 
 `trace(packet, switch, in_port, down_links)` follows a packet (IPv4, ARP, or IPv6 with its next
 header and ICMPv6 type; a flow's IPv6 fields match the packet's addresses under their prefixes,
-its other fields exactly): the highest-priority matching flow (a tie between two matching flows
+its other fields exactly, the VLAN tag of a path label as `Packet.vlan`): through the
+tables (goto-table with write-metadata), the highest-priority matching flow (a tie between two matching flows
 raises: OpenFlow leaves it undefined), its meter (recorded, not enforced), then its output or
-fast-failover group (the first bucket whose watch port is live). A port is live when a link or
+fast-failover group (the first bucket whose watch port is live), with their label pushes,
+rewrites and pops. A frame delivered to a DTN still carrying a label is dropped. A port is live when a link or
 a DTN is attached and the link is not down. Outputs to a DTN's access port deliver the packet
 there; into a down link, it is lost; to a port with nothing attached, or with no flow matching
 (table-miss), it is dropped. Output to the packet's own in-port without IN_PORT is dropped, as
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sdn_app.core.plans import (
     ETH_TYPE_IPV4,
@@ -34,6 +37,7 @@ from sdn_app.core.plans import (
     ICMPV6_NEIGHBOR_SOLICITATION,
     IN_PORT,
     IP_PROTO_ICMPV6,
+    UNTAGGED,
     FlowPlan,
     FlowSpec,
     GroupSpec,
@@ -63,6 +67,7 @@ class Packet:
     ipv6_dst: str | None = None
     ip_proto: int | None = None
     icmpv6_type: int | None = None
+    vlan: int | None = None  # the VLAN id of its 802.1Q tag (a path label); None: untagged
 
 
 def ipv6_packet(src: str, dst: str, ip_proto: int = 6, icmpv6_type: int | None = None) -> Packet:
@@ -100,9 +105,10 @@ class SwitchTable:
     groups: dict[int, GroupSpec] = field(default_factory=dict)
     meters: dict[int, MeterSpec] = field(default_factory=dict)
 
-    def lookup(self, packet: Packet, in_port: int) -> FlowSpec | None:
-        """The highest-priority flow matching `packet` arriving on `in_port`, or None."""
-        hits = [f for f in self.flows.values() if _matches(f, packet, in_port)]
+    def lookup(self, packet: Packet, in_port: int, table_id: int = 0, metadata: int = 0) -> FlowSpec | None:
+        """The highest-priority flow of table `table_id` matching `packet` arriving on `in_port`
+        with the pipeline's `metadata`, or None."""
+        hits = [f for f in self.flows.values() if f.table_id == table_id and _matches(f, packet, in_port, metadata)]
         if not hits:
             return None
         top = max(f.priority for f in hits)
@@ -119,8 +125,14 @@ def _within(address: str | None, network: str | None) -> bool:
     return address is not None and ipaddress.IPv6Address(address) in ipaddress.IPv6Network(network)
 
 
-def _matches(flow: FlowSpec, packet: Packet, in_port: int) -> bool:
+def _matches(flow: FlowSpec, packet: Packet, in_port: int, metadata: int = 0) -> bool:
     m = flow.match
+    if m.vlan_vid is not None and m.vlan_vid != (packet.vlan if packet.vlan is not None else UNTAGGED):
+        return False
+    if m.metadata is not None and m.metadata != metadata:
+        return False
+    if m.eth_type is None:
+        return m.in_port is None or m.in_port == in_port
     return ((m.in_port is None or m.in_port == in_port) and m.eth_type == packet.eth_type
             and (m.ipv4_src is None or m.ipv4_src == packet.ipv4_src)
             and (m.ipv4_dst is None or m.ipv4_dst == packet.ipv4_dst)
@@ -209,9 +221,9 @@ class FlowTables:
             raise TableError(f"{table.name}: group {group.group_id} exists")
         if group.type != "ff" or not group.buckets:
             raise TableError(f"{table.name}: only fast-failover groups with buckets: {group.describe()}")
-        for watch, output in group.buckets:
-            self._check_port(table, watch, "watch port")
-            self._check_port(table, output, "bucket output")
+        for bucket in group.buckets:
+            self._check_port(table, bucket[0], "watch port")
+            self._check_port(table, bucket[1], "bucket output")
         table.groups[group.group_id] = group
 
     def _delete_group(self, table: SwitchTable, group: GroupSpec) -> None:
@@ -289,17 +301,27 @@ class FlowTables:
             seen.add((switch, in_port))
             crossed.append(switch)
             table = self.tables[switch]
-            flow = table.lookup(packet, in_port)
-            if flow is None:
-                return stop(DROPPED, f"table miss at {switch} port {in_port}")
-            if flow.meter_id is not None:
-                meters.append(table.meters[flow.meter_id])
+            table_id, metadata = 0, 0
+            while True:
+                flow = table.lookup(packet, in_port, table_id, metadata)
+                if flow is None:
+                    return stop(DROPPED, f"table miss at {switch} port {in_port} (table {table_id})")
+                if flow.meter_id is not None:
+                    meters.append(table.meters[flow.meter_id])
+                if flow.goto_table is None:
+                    break
+                if flow.goto_table <= table_id:
+                    raise TableError(f"{flow.describe()}: goto to table {flow.goto_table} from table {table_id}")
+                table_id, metadata = flow.goto_table, flow.write_metadata or 0
+            packet = _relabelled(packet, flow.push_label, flow.set_label, flow.pop_label)
             if flow.group_id is not None:
                 group = table.groups[flow.group_id]
                 bucket = next((b for b in group.buckets if self.live(switch, b[0], down)), None)
                 if bucket is None:
                     return stop(DROPPED, f"no live bucket in {group.describe()}")
                 out = bucket[1]
+                if len(bucket) > 2:
+                    packet = _relabelled(packet, bucket[2])
             else:
                 assert flow.output is not None
                 out = flow.output
@@ -311,10 +333,25 @@ class FlowTables:
             if peer is None:
                 return stop(DROPPED, f"{switch}: nothing on port {out}")
             if peer[0] == "dtn":
+                if packet.vlan is not None:  # a DTN's stack drops a frame tagged for a VLAN it is not on
+                    return stop(DROPPED, f"{switch}: sent to dtn {peer[1]} still labelled {packet.vlan}")
                 return stop(DELIVERED, f"out {switch} port {out}", dtn=peer[1])
             if peer[3] in down:
                 return stop(LOST, f"{switch}: sent into down link {peer[3]}")
             switch, in_port = peer[1], peer[2]
+
+
+def _relabelled(packet: Packet, push: int | None = None, set_: int | None = None, pop: bool = False) -> Packet:
+    """`packet` after a label push (one tag only: a second would be a plan bug), set or pop."""
+    if push is not None:
+        if packet.vlan is not None:
+            raise TableError(f"pushing label {push} on a packet already labelled {packet.vlan}")
+        return replace(packet, vlan=push)
+    if set_ is not None or pop:
+        if packet.vlan is None:
+            raise TableError("changing the label of an untagged packet")
+        return replace(packet, vlan=None if pop else set_)
+    return packet
 
 
 def send_from(tables: FlowTables, src_dtn: str, packet: Packet, down: Iterable[str] = ()) -> Trace:

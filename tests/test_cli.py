@@ -140,7 +140,11 @@ def test_bench_result_shape():
     (["--move-budget", "0"], "--move-budget: a whole number of at least 1, got 0"),
     (["--reroute-below", "1.5"], "--reroute-below: a share in (0, 1], got 1.5"),
     (["--hold-down", "-3"], "--hold-down: seconds, zero or more, got -3.0"),
-    (["--congested-at", "often"], "argument --congested-at: invalid float value: 'often'")])
+    (["--congested-at", "often"], "argument --congested-at: invalid float value: 'often'"),
+    (["--path-labels", "4000-5000"], "argument --path-labels: '4000-5000': VLAN ids from 1 to 4094"),
+    (["--path-labels", "many"], "argument --path-labels: 'many' is not a range of VLAN ids like 2-4094"),
+    (["--flow-design", "tunnels"], "argument --flow-design: invalid choice: 'tunnels'"),
+    (["--label-grace", "2d"], "--label-grace: from 0 to a day, got '2d'")])
 def test_controller_refuses_bad_rerouting_thresholds_naming_the_option(tmp_path, args, message):
     state = tmp_path / "tsdn.db"
     done = tsdn("controller", "--topology", "ring8", "--no-openflow", "--no-http", "--state", str(state), *args)

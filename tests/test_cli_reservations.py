@@ -1,4 +1,4 @@
-"""`tsdn path request|list|show|modify|release|watch|availability` against a real controller process."""
+"""`tsdn path request|batch|list|show|modify|release|watch|availability` against a real controller process."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import TOKENS
 
@@ -181,3 +182,60 @@ def test_state_survives_a_controller_restart(tmp_path, tokens_file, running):
     finally:
         again.send_signal(signal.SIGTERM)
         again.wait(10)
+
+
+def test_batch_from_a_file(running, tmp_path):
+    _, env, _, _ = running
+    campaign = tmp_path / "campaign.yaml"
+    campaign.write_text(yaml.safe_dump([
+        {"src": "caltech-a-dtn1", "dst": "starlight-dtn1", "bandwidth": "10G", "duration": "1h",
+         "labels": {"campaign": "run-1"}, "request_id": "run-1-a"},
+        {"src": "ucsd-dtn1", "dst": "dell-dtn1", "bandwidth": "1P", "request_id": "run-1-b"},
+        {"src": "ucsd-dtn1", "dst": "dell-dtn1", "bandwidth": 10**9, "start": "2030-01-01T00:00:00Z",
+         "duration": "2h", "policy": "widest", "protect": True, "request_id": "run-1-c"},
+    ]))
+    aborted = tsdn(env, "path", "batch", str(campaign), "--all-or-nothing")
+    assert aborted.returncode == 1, aborted.stderr
+    assert "[1] refused RESOURCE_EXHAUSTED" in aborted.stdout and "[0] refused ABORTED" in aborted.stdout
+    assert "3 requests: 0 admitted, 3 refused" in aborted.stdout
+    assert json.loads(tsdn(env, "path", "list", "--json").stdout) == []
+
+    done = tsdn(env, "path", "batch", str(campaign))
+    assert done.returncode == 1, done.stderr  # one was refused
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("[0] reservations/") and "ACTIVE" in lines[0]
+    assert "caltech-a-dtn1 -> starlight-dtn1 10G" in lines[0]
+    assert lines[1].startswith("[1] refused RESOURCE_EXHAUSTED: ")
+    assert lines[2].startswith("[2] reservations/") and "SCHEDULED" in lines[2]
+    assert lines[-1] == "3 requests: 2 admitted, 1 refused"
+    listed = json.loads(tsdn(env, "path", "list", "--json").stdout)
+    assert sorted(r["request_id"] for r in listed) == ["run-1-a", "run-1-c"]
+    assert {r["request_id"]: r.get("labels") for r in listed} == {"run-1-a": {"campaign": "run-1"}, "run-1-c": None}
+
+    admitted = [e for e in yaml.safe_load(campaign.read_text()) if e["request_id"] != "run-1-b"]
+    campaign.write_text(yaml.safe_dump(admitted))
+    again = tsdn(env, "path", "batch", str(campaign), "--json")  # a rerun: the same reservations
+    assert again.returncode == 0, again.stderr
+    results = json.loads(again.stdout)["results"]
+    assert sorted(r["reservation"]["id"] for r in results) == sorted(r["id"] for r in listed)
+
+
+def test_a_bad_batch_file_sends_nothing(running, tmp_path):
+    _, env, _, _ = running
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"src": "ucsd-dtn1", "dst": "dell-dtn1", "bandwidth": "10G"},
+                               {"src": "ucsd-dtn1", "dst": "dell-dtn1", "bandwidth": "10X"},
+                               {"src": "ucsd-dtn1", "dst": "dell-dtn1", "bandwidth": "1G", "colour": "red"}]))
+    refused = tsdn(env, "path", "batch", str(bad))
+    assert refused.returncode == 2 and f"{bad}: [2].colour: unknown field" in refused.stderr, refused.stderr
+    bad.write_text(json.dumps([{"src": "ucsd-dtn1", "dst": "dell-dtn1", "bandwidth": "10G"},
+                               {"src": "ucsd-dtn1", "dst": "dell-dtn1", "bandwidth": "10X"}]))
+    refused = tsdn(env, "path", "batch", str(bad))
+    assert refused.returncode == 2 and f"{bad}: [1].bandwidth: cannot read '10X'" in refused.stderr, refused.stderr
+    bad.write_text(json.dumps({"src": "ucsd-dtn1"}))
+    refused = tsdn(env, "path", "batch", str(bad))
+    assert refused.returncode == 2 and "expected a list of requests" in refused.stderr
+    bad.write_text(json.dumps([{"src": "ucsd-dtn1", "dst": "dell-dtn1", "bandwidth": "1G", "labels": {"A B": "x"}}]))
+    refused = tsdn(env, "path", "batch", str(bad))  # checked by the controller: the whole batch refused
+    assert refused.returncode == 2 and "requests[0]" in refused.stderr and "labels" in refused.stderr
+    assert json.loads(tsdn(env, "path", "list", "--json").stdout) == []

@@ -580,8 +580,8 @@ def test_reflection_lets_a_generic_client_call_every_rpc(controller):
         pool = descriptor_pool.DescriptorPool(database)
         bandwidth = pool.FindServiceByName("tsdn.v1.BandwidthService")
         assert {m.name for m in bandwidth.methods} == {
-            "CreateReservation", "GetReservation", "ListReservations", "ModifyReservation", "DeleteReservation",
-            "QueryAvailability", "WatchReservations", "CommitReservation", "AbortReservation",
+            "CreateReservation", "CreateReservations", "GetReservation", "ListReservations", "ModifyReservation",
+            "DeleteReservation", "QueryAvailability", "WatchReservations", "CommitReservation", "AbortReservation",
             "ProvisionReservation", "UnprovisionReservation"}
         topology = pool.FindServiceByName("tsdn.v1.TopologyService")
 

@@ -16,6 +16,7 @@ import pytest
 
 from northbound.client import ApiError
 from sdn_app.core.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from sdn_app.core.installs import PER_HOP
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathFinder, PathRequest, Unbooked
 from sdn_app.core.plans import (
@@ -106,7 +107,8 @@ def test_two_rules_between_the_same_dtns_both_install_and_are_told_apart(env):
     assert spoofed.outcome == DROPPED  # rule A's addresses sent by another DTN
 
 
-def test_the_flows_match_ipv6_between_the_prefixes_and_the_solicitations_of_each_source(env):
+def test_the_flows_match_ipv6_between_the_prefixes_and_the_solicitations_of_each_source(tmp_path):
+    env = switched_ring8(tmp_path, PER_HOP)  # the shape of per-hop plans (tests/test_label_plans.py: labels)
     a = env.book.create(RUCIO, prefixed(env, RULE_A))
     plan = env.book.installs.plan(a.id)
     assert plan is not None and all(f.match.eth_type == ETH_TYPE_IPV6 for f in plan.flows)

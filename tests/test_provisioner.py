@@ -12,7 +12,16 @@ import pytest
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
-from sdn_app.core.plans import MeterSpec, Step, StepKind, SwitchPlan, reservation_cookie
+from sdn_app.core.plans import (
+    COOKIE_ID_MASK,
+    FlowSpec,
+    MeterSpec,
+    Step,
+    StepKind,
+    SwitchPlan,
+    is_path_cookie_bits,
+    reservation_cookie,
+)
 from sdn_app.core.reconcile import Reconciliation, reconcile
 from sdn_app.core.reservation import Change, Principal, Role, State
 from sdn_app.core.reservations import ReservationBook
@@ -158,6 +167,12 @@ def core(tmp_path):
     ledger.close()
 
 
+def _is_reservation(steps) -> bool:
+    """Whether a change's steps are a reservation's (not a shared path's)."""
+    return any(s.spec is not None and not is_path_cookie_bits(getattr(s.spec, "cookie", 0) & COOKIE_ID_MASK)
+               for s in steps if isinstance(s.spec, FlowSpec))
+
+
 def create(worker: CoreWorker, clock: FakeClock, src: str, dst: str):
     now = clock.now()
     return worker.call(worker.book.create, RUCIO, PathRequest(src, dst, 10 * G, now, now + 3600))
@@ -176,7 +191,9 @@ def test_installs_queued_together_are_applied_as_one_batch_and_reported(core) ->
     more = [create(worker, clock, a, b) for a, b in (("dtn5", "dtn7"), ("dtn2", "dtn6"), ("dtn8", "dtn4"))]
     fabric.gate.set()
     wait_for(lambda: all(state(worker, r) is State.ACTIVE for r in (first, *more)), "every install to be confirmed")
-    assert [len(b) for b in fabric.batches] == [1, 3]
+    # With labels the paths' entries go first, in batches of their own before the reservations that need them.
+    assert [sum(_is_reservation(steps) for steps in b) for b in fabric.batches if any(map(_is_reservation, b))] \
+        == [1, 3]
     for r in (first, *more):
         assert delivered(fabric.tables, r.request.src, r.request.dst)[0] == r.request.dst
 
@@ -211,11 +228,13 @@ def test_a_connect_reconciles_the_switch_with_what_the_core_wants_after_the_queu
     fabric.gate.set()
     wait_for(lambda: state(worker, added) is State.ACTIVE and len(fabric.reconciled) == 2, "the install and the job")
     _, expected = fabric.reconciled[1]
-    assert {f.cookie for f in expected.flows} == {reservation_cookie(added.id), reservation_cookie(kept.id)}
+    assert {f.cookie for f in expected.flows if not is_path_cookie_bits(f.cookie & COOKIE_ID_MASK)} == {
+        reservation_cookie(added.id), reservation_cookie(kept.id)}
     assert gone.state is State.RELEASED
     wait_for(lambda: delivered(fabric.tables, "dtn1", "dtn3")[0] is None, "the release to be applied")
     assert delivered(fabric.tables, "dtn1", "dtn4")[0] == "dtn4"
-    assert {f.cookie for f in s1.flows.values()} == {reservation_cookie(added.id)}
+    assert {f.cookie for f in s1.flows.values() if not is_path_cookie_bits(f.cookie & COOKIE_ID_MASK)} == {
+        reservation_cookie(added.id)}
 
 
 def test_after_a_restart_an_install_caught_midway_is_confirmed_once_its_switches_are_reconciled(tmp_path) -> None:

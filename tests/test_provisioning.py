@@ -11,12 +11,12 @@ from sdn_app.core.plans import StepKind
 from sdn_app.core.reservation import State
 from sdn_app.core.reservations import CONFIRMED, ReservationBook
 from tests.flowtable import delivered
-from tests.switched import RUCIO, G, request, switched_ring8
+from tests.switched import DESIGNS, RUCIO, G, after_grace, own, request, switched_ring8
 
 
-@pytest.fixture
-def env(tmp_path):
-    return switched_ring8(tmp_path)
+@pytest.fixture(params=DESIGNS)
+def env(tmp_path, request):
+    return switched_ring8(tmp_path, request.param)
 
 
 def apply(tables, changes):
@@ -28,7 +28,7 @@ def test_active_only_after_the_adapter_confirms(env):
     r = env.book.create(RUCIO, request(env.clock))
     assert r.state is State.PROVISIONING
     changes = env.book.take_changes()
-    assert [c.confirm for c in changes] == [True]
+    assert [c.confirm for c in own(changes)] == [True]
     assert delivered(env.tables, "dtn1", "dtn3")[0] is None  # nothing installed yet: default deny
     apply(env.tables, changes)
     assert delivered(env.tables, "dtn1", "dtn3") == ("dtn3", ("s1", "s2", "s3"))
@@ -50,6 +50,7 @@ def test_a_failed_install_is_removed_and_frees_the_bandwidth(env):
     removal = env.book.take_changes()
     assert [c.confirm for c in removal] == [False]
     apply(env.tables, removal)
+    after_grace(env)
     assert env.tables.is_empty()
     assert env.book.create(RUCIO, request(env.clock, bandwidth=100 * G)).state is State.PROVISIONING  # room again
 
@@ -68,6 +69,7 @@ def test_release_and_expiry_remove_the_flows(env):
     env.book.tick()
     assert env.book.get(RUCIO, a.name).state is State.EXPIRED
     apply(env.tables, env.book.take_changes())
+    after_grace(env)
     assert env.tables.is_empty()
 
 
@@ -77,6 +79,7 @@ def test_a_release_while_installing_wins(env):
     apply(env.tables, env.book.take_changes())  # install, then removal, in that order
     env.book.provisioned(r.id, None)  # the late confirmation changes nothing
     assert env.book.get(RUCIO, r.name).state is State.RELEASED
+    after_grace(env)
     assert env.tables.is_empty()
 
 
@@ -86,7 +89,7 @@ def test_scheduled_windows_install_when_they_start(env):
     env.clock.advance(600)
     env.book.tick()
     assert env.book.get(RUCIO, r.name).state is State.PROVISIONING
-    assert [c.confirm for c in env.book.take_changes()] == [True]
+    assert [c.confirm for c in own(env.book.take_changes())] == [True]
 
 
 def test_a_new_bandwidth_changes_the_meter_only(env):
@@ -108,7 +111,8 @@ def test_after_a_restart_installing_ones_wait_for_reconciliation_and_active_ones
     env.book.provisioned(active.id, None)
     env.ledger.close()
     ledger = Ledger(env.topology.capacities(), tmp_path / "t.db", env.clock)
-    again = ReservationBook(env.topology, ledger, env.clock, provisioning=True)
+    again = ReservationBook(env.topology, ledger, env.clock, provisioning=True,
+                           flow_design=env.book.installs.design)
     assert again.take_changes() == []  # reconciliation of each switch installs what is missing
     assert {f.switch for f in again.switch_plan("s6").flows} == {"s6"}
     for switch in ("s5", "s6"):

@@ -8,15 +8,16 @@ import pytest
 
 from sdn_app.core.errors import InvalidArgument, NoCapacity
 from sdn_app.core.ledger import Ledger
+from sdn_app.core.plans import StepKind
 from sdn_app.core.reservation import PathChoice, State
 from sdn_app.core.reservations import ReservationBook
 from tests.flowtable import delivered
-from tests.switched import RUCIO, G, active, confirm, request, switched_ring8
+from tests.switched import DESIGNS, RUCIO, G, active, after_grace, confirm, own, request, switched_ring8
 
 
-@pytest.fixture
-def env(tmp_path):
-    return switched_ring8(tmp_path)
+@pytest.fixture(params=DESIGNS)
+def env(tmp_path, request):
+    return switched_ring8(tmp_path, request.param)
 
 
 def switches_of(env, r) -> list[str]:
@@ -48,7 +49,7 @@ def test_only_reservations_on_the_link_move(env):
     assert env.book.get(RUCIO, on.name).state is State.MOVING
     assert env.book.get(RUCIO, off.name).state is State.ACTIVE
     changes = env.book.take_changes()
-    assert {c.reservation_id for c in changes} == {on.id}
+    assert {c.reservation_id for c in own(changes)} == {on.id}
     env.book.set_link_state("s1-s2", up=False)  # reported twice: nothing more to do
     assert env.book.take_changes() == []
 
@@ -104,11 +105,13 @@ def test_a_report_on_a_superseded_change_is_ignored(env):
     install = env.book.take_changes()
     env.book.set_link_state("s2-s3", up=False)  # while the install is still in flight
     move = env.book.take_changes()
-    env.tables.apply_all(install[0].steps)
-    env.book.provisioned(r.id, None, install[0].token)
+    for change in install:
+        env.tables.apply_all(change.steps)
+    env.book.provisioned(r.id, None, own(install)[0].token)
     assert env.book.get(RUCIO, r.name).state is State.MOVING  # not ACTIVE before the move is confirmed
-    env.tables.apply_all(move[0].steps)
-    env.book.provisioned(r.id, None, move[0].token)
+    for change in move:
+        env.tables.apply_all(change.steps)
+    env.book.provisioned(r.id, None, own(move)[0].token)
     assert env.book.get(RUCIO, r.name).state is State.ACTIVE
     assert delivered(env.tables, "dtn1", "dtn3", down=["s2-s3"])[0] == "dtn3"
 
@@ -116,7 +119,7 @@ def test_a_report_on_a_superseded_change_is_ignored(env):
 def test_a_failed_move_is_degraded_not_failed(env):
     r = active(env)
     env.book.set_link_state("s2-s3", up=False)
-    change = env.book.take_changes()[0]
+    change = own(env.book.take_changes())[0]
     env.book.provisioned(r.id, "switch s5 (dpid 0x5) not connected", change.token)
     now = env.book.get(RUCIO, r.name)
     assert now.state is State.DEGRADED and "moving failed" in now.reason and "s5" in now.reason
@@ -150,14 +153,20 @@ def test_a_move_asked_for_is_make_before_break(env):
     moved = env.book.modify(RUCIO, r.name, path=PathChoice(exclude=("s2",)))
     assert moved.state is State.MOVING and "path ->" in moved.reason
     changes = env.book.take_changes()
-    assert len(changes) == 1 and changes[0].confirm
-    for step in changes[0].steps:  # traffic flows after every single step, both ways
+    moves = own(changes)
+    assert len(moves) == 1 and moves[0].confirm and changes[-1] is moves[0]  # after the new paths' entries
+    steps = [step for change in changes for step in change.steps]
+    for step in steps:  # traffic flows after every single step, both ways
         env.tables.apply(step)
         assert delivered(env.tables, "dtn1", "dtn3")[0] == "dtn3", step.describe()
         assert delivered(env.tables, "dtn3", "dtn1")[0] == "dtn1", step.describe()
     assert delivered(env.tables, "dtn1", "dtn3")[1] == ("s1", "s8", "s7", "s6", "s5", "s4", "s3")
-    env.book.provisioned(r.id, None, changes[0].token)
+    if env.book.installs.paths is not None:  # labels: the move is one steer change per direction
+        flow_mods = [s for s in moves[0].steps if s.kind is not StepKind.BARRIER]
+        assert [(s.kind, s.switch) for s in flow_mods] == [(StepKind.MODIFY_FLOW, "s1"), (StepKind.MODIFY_FLOW, "s3")]
+    env.book.provisioned(r.id, None, moves[0].token)
     assert env.book.get(RUCIO, r.name).state is State.ACTIVE
+    after_grace(env)
     assert env.tables.entry_count("s2") == 0
 
 
@@ -179,7 +188,8 @@ def test_a_controller_restarted_mid_move_installs_the_new_path(env):
     env.book.take_changes()  # the move was never applied: the controller died
     env.ledger.close()
     ledger = Ledger(env.topology.capacities(), env.path, env.clock)
-    book = ReservationBook(env.topology, ledger, env.clock, provisioning=True)
+    book = ReservationBook(env.topology, ledger, env.clock, provisioning=True,
+                           flow_design=env.book.installs.design)
     assert book.take_changes() == []  # reconciliation, switch by switch, puts the new path in place
     plan_switches = {"s1", "s8", "s7", "s6", "s5", "s4", "s3"}
     for switch in sorted(plan_switches - {"s3"}):
@@ -187,4 +197,4 @@ def test_a_controller_restarted_mid_move_installs_the_new_path(env):
         assert book.get(RUCIO, r.name).state is State.MOVING
     book.switch_reconciled("s3")
     assert book.get(RUCIO, r.name).state is State.ACTIVE
-    assert {f.switch for f in book.installs.plan(r.id).flows} == plan_switches
+    assert {s for s in env.topology.switches if book.switch_plan(s).flows} == plan_switches

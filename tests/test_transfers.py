@@ -44,7 +44,7 @@ from sdn_app.core.transfers import (
     TransferState,
 )
 from tests.flowtable import FlowTables, delivered
-from tests.switched import measured_loads
+from tests.switched import measured_loads, own
 from topologies import builtin_topology
 
 G = 10**9
@@ -424,7 +424,7 @@ def test_failed_provisioning_fails_the_transfer(switched):
     env = switched
     transfer = env.desk.start(RUCIO, spec())
     settle(env)
-    [change] = env.book.take_changes()
+    [change] = own(env.book.take_changes())
     env.book.provisioned(change.reservation_id, "s2: table full", change.token)
     settle(env)
     now = env.desk.get(RUCIO, transfer.name)
@@ -815,7 +815,7 @@ def test_a_reserving_transfer_whose_path_was_confirmed_just_before_the_crash_sta
     env = switched
     transfer = env.desk.start(RUCIO, spec())
     settle(env)
-    [change] = env.book.take_changes()
+    [change] = own(env.book.take_changes())
     env.book.provisioned(change.reservation_id, None, change.token)  # committed; the desk never saw it
     new = open_state(env.topology, env.path, env.clock, True, 1.0, ())
     now = new.desk.get(RUCIO, transfer.name)

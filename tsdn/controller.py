@@ -18,8 +18,11 @@ from northbound.streams import DEFAULT_MAX_STREAMS, DEFAULT_MAX_STREAMS_PER_PRIN
 from sdn_app.core.agents import DEFAULT_HEARTBEAT_TIMEOUT, AgentRegistry
 from sdn_app.core.clock import Clock, SystemClock
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
+from sdn_app.core.installs import LABELS
+from sdn_app.core.labels import DEFAULT_GRACE, DEFAULT_LABELS
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.ledger_repair import repair_counts
+from sdn_app.core.plans import DEFAULT_MAX_METER_ID
 from sdn_app.core.replication import Replica
 from sdn_app.core.rerouting.advisor import RateAdvisor
 from sdn_app.core.rerouting.policy import ReroutePolicy
@@ -67,6 +70,11 @@ class ControllerConfig:
     hold_timeout: float = DEFAULT_HOLD_TIMEOUT  # seconds a two-phase hold waits for its commit
     share_step: float = DEFAULT_SHARE_STEP  # elastic meters change when a share moves more than this x ceiling
     share_solver: str = "filling"  # each round of elastic sharing in closed form, or as an LP by HiGHS ("highs")
+    flow_design: str = LABELS  # label-switched paths, or every reservation's flows on every hop ("per-hop")
+    path_labels: tuple[int, int] = DEFAULT_LABELS  # the VLAN ids path labels take
+    label_grace: float = DEFAULT_GRACE  # seconds an unused path's entries stay (a move back is free)
+    max_meters: int = DEFAULT_MAX_METER_ID  # meter ids each switch has (one per reservation direction at its ingress)
+    bundles: bool = True  # each switch's part of a decision in one OpenFlow bundle, where the switch takes them
     max_streams: int = DEFAULT_MAX_STREAMS  # server streams (Watch*, TakeJobs, ...) open at once, in total
     max_streams_per_principal: int = DEFAULT_MAX_STREAMS_PER_PRINCIPAL  # ... and per principal
     reroute: ReroutePolicy = field(default_factory=ReroutePolicy)  # when and where rates move reservations
@@ -147,7 +155,9 @@ class Controller:
                                         provisioning=config.listen_openflow is not None,
                                         advisor=RateAdvisor(config.reroute), keep_ended=config.keep_ended,
                                         hold_timeout=config.hold_timeout, share_step=config.share_step,
-                                        share_solver=config.share_solver)
+                                        share_solver=config.share_solver, flow_design=config.flow_design,
+                                        path_labels=config.path_labels, label_grace=config.label_grace,
+                                        max_meters=config.max_meters)
             for repair in self.book.repairs:  # bookings that no longer fit the topology: never silently
                 log.warning("%s: %s %s: %s", config.state, repair.reservation, repair.action, repair.reason)
             self.book.host_limits = self.agents.host_limit
@@ -162,7 +172,8 @@ class Controller:
                 from sdn_app.openflow.fabric import start_openflow  # os-ken only when switches are controlled
 
                 host, port = host_port(config.listen_openflow, "--listen-openflow")
-                self.fabric = start_openflow(self.topology, host, port, config.emulation_scale)
+                self.fabric = start_openflow(self.topology, host, port, config.emulation_scale,
+                                             bundles=config.bundles)
         except BaseException:
             self.ledger.close()
             raise

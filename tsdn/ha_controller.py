@@ -104,7 +104,8 @@ class HAController:
             from sdn_app.openflow.fabric import start_openflow
 
             host, port = host_port(config.listen_openflow, "--listen-openflow")
-            self.fabric = start_openflow(self.topology, host, port, config.emulation_scale)
+            self.fabric = start_openflow(self.topology, host, port, config.emulation_scale,
+                                             bundles=config.bundles)
         self.election = Election(self.etcd, leader_key(self.namespace), config.advertise or config.listen_grpc,
                                  config.lease_ttl, self._elected, self._deposed)
         try:

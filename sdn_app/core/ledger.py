@@ -28,12 +28,13 @@ until `flush` commits them to the replica together.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sqlite3
 import uuid
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -222,6 +223,7 @@ class Ledger:
         self.path = replica.description if replica is not None else str(path) if path is not None else ":memory:"
         self._bookings: dict[str, Booking] = {}
         self._timelines: dict[str, _Timeline] = {d: _Timeline() for d in self.capacities}
+        self._trials = 0  # open `trial` blocks: nothing may be written while one is open
         self._lock = StateLock(self.path) if exclusive and replica is None and self.path != ":memory:" else None
         try:
             self._db = sqlite3.connect(":memory:" if replica is not None else self.path,
@@ -266,6 +268,8 @@ class Ledger:
     def _transaction(self) -> _Transaction:
         """`with self._transaction():` runs its body as one IMMEDIATE transaction (committed to
         the replica first, when there is one)."""
+        if self._trials:
+            raise RuntimeError("a ledger trial is open: nothing may be written until it ends")
         return _Transaction(self._db, self._replication)
 
     def _load(self) -> None:
@@ -369,6 +373,20 @@ class Ledger:
         """Raise what `reserve` would raise for this booking, and book nothing (a what-if)."""
         self._check(_new_booking("check", bandwidth, start, end, _unique(directions), MappingProxyType({}), steps),
                     ignore)
+
+    @contextlib.contextmanager
+    def trial(self) -> Iterator[Trial]:
+        """A what-if over several bookings together: inside the block, `Trial.hold` books in memory
+        only, checked as `reserve` checks, so that later checks and path searches see what the
+        earlier holds took. Leaving the block, however it is left, removes every hold again.
+        Nothing is written meanwhile: a change of the ledger inside the block is a RuntimeError."""
+        trial = Trial(self)
+        self._trials += 1
+        try:
+            yield trial
+        finally:
+            self._trials -= 1
+            trial.undo()
 
     def reserve(self, directions: Iterable[str], bandwidth: int | None, start: float | None, end: float | None,
                 booking_id: str | None = None, meta: Mapping[str, Any] | None = None,
@@ -522,6 +540,29 @@ class Ledger:
         for direction in booking.directions:
             if direction in self._timelines:
                 self._timelines[direction].remove(booking.id)
+
+
+class Trial:
+    """The bookings held by one `Ledger.trial`, in the ledger's memory only, until it ends."""
+
+    def __init__(self, ledger: Ledger):
+        self._ledger = ledger
+        self._held: list[Booking] = []
+
+    def hold(self, directions: Iterable[str], bandwidth: int | None, start: float | None, end: float | None, *,
+             steps: Sequence[Any] | None = None) -> Booking:
+        """Book as `reserve` would (raising what it would), in memory only until the trial ends."""
+        booking = _new_booking(f"trial:{len(self._held)}", bandwidth, start, end, _unique(directions),
+                               MappingProxyType({}), steps)
+        self._ledger._check(booking, ignore=None)
+        self._ledger._insert_memory(booking)
+        self._held.append(booking)
+        return booking
+
+    def undo(self) -> None:
+        """Remove every booking held, the latest first."""
+        while self._held:
+            self._ledger._remove_memory(self._held.pop())
 
 
 def _check_bandwidth(bandwidth: Any, what: str = "bandwidth") -> None:

@@ -134,6 +134,14 @@ COOKIE_TAG_VALUE = 0x75D5
 COOKIE_TAG = COOKIE_TAG_VALUE << 48
 COOKIE_MASK = 0xFFFF << 48
 COOKIE_ID_MASK = (1 << 48) - 1
+# A shared path's entries (`label_plans`): the tag, then these 32 bits, then the 16-bit label.
+# The core never gives a reservation an id whose low 48 bits start so (`is_path_cookie_bits`).
+PATH_COOKIE_BITS = 0xFFFF_FFFF_0000
+PATH_COOKIE_MASK = 0xFFFF_FFFF_0000
+
+PATH_OWNER = "path-"  # ids owned by a shared path are held by "path-<label>"
+UNTAGGED = 0  # `Match.vlan_vid` of a frame that carries no VLAN tag (OpenFlow's OFPVID_NONE)
+MAX_LABEL = 4094  # VLAN ids 1..4094 (0 is "no VLAN", 4095 reserved)
 
 REVERSE_PERCENT = 5
 REVERSE_MIN_BPS = 1_000_000
@@ -171,6 +179,18 @@ def reservation_cookie(reservation_id: str) -> int:
     return COOKIE_TAG | (int(reservation_id, 16) & COOKIE_ID_MASK)
 
 
+def path_cookie(label: int) -> int:
+    """The 64-bit cookie of the shared entries of the path with VLAN label `label`."""
+    if not 1 <= label <= MAX_LABEL:
+        raise ValueError(f"label {label} is not a VLAN id 1..{MAX_LABEL}")
+    return COOKIE_TAG | PATH_COOKIE_BITS | label
+
+
+def is_path_cookie_bits(low48: int) -> bool:
+    """Whether 48 cookie bits are those of a path's entries (a reservation id must avoid them)."""
+    return low48 & PATH_COOKIE_MASK == PATH_COOKIE_BITS
+
+
 def is_tsdn_cookie(cookie: int) -> bool:
     """Whether a flow's `cookie` carries the tsdn tag (the flow was installed by tsdn)."""
     return 0 <= cookie < 1 << 64 and cookie & COOKIE_MASK == COOKIE_TAG
@@ -205,18 +225,26 @@ class Match:
     """
 
     in_port: int | None = None
-    eth_type: int = ETH_TYPE_IPV4
+    eth_type: int | None = ETH_TYPE_IPV4  # None: any (a path label's entries carry every kind)
     ipv4_src: str | None = None
     ipv4_dst: str | None = None
     ip_proto: int | None = None
     ipv6_src: str | None = None
     ipv6_dst: str | None = None
     icmpv6_type: int | None = None
+    vlan_vid: int | None = None  # `UNTAGGED` (no tag), a VLAN id (a path label), None: any
+    metadata: int | None = None  # the pipeline metadata a classifier wrote (exact), None: any
 
     def describe(self) -> str:
         """`in_port=3 ip 10.0.0.1->10.0.0.4` (or `in_port=3 ipv6 2001:db8:1:1::/64->... icmpv6_type=135`)
         for messages."""
         parts = [] if self.in_port is None else [f"in_port={self.in_port}"]
+        if self.vlan_vid is not None:
+            parts.append("untagged" if self.vlan_vid == UNTAGGED else f"label={self.vlan_vid}")
+        if self.metadata is not None:
+            parts.append(f"metadata={self.metadata:#x}")
+        if self.eth_type is None:
+            return " ".join(parts) or "any"
         if self.eth_type == ETH_TYPE_IPV6:
             parts.append("ipv6")
             if self.ip_proto is not None:
@@ -234,10 +262,12 @@ class Match:
 class FlowSpec:
     """One flow entry: on `switch` (`dpid`), table `table_id`, `priority`, `match`, `cookie`.
 
-    The action is exactly one of `output` (a port, or `IN_PORT`) and `group_id`; `meter_id`,
-    when set, is applied first. `role`, `direction` and `stage` describe the flow's place in
-    its plan (for ordering and for people); they take no part in equality, since the switch
-    holds none of them.
+    The action is exactly one of `output` (a port, or `IN_PORT`), `group_id` and `goto_table`;
+    `meter_id`, when set, is applied first. Before an output the VLAN tag of a path label may be
+    changed: `pop_label` removes it, `push_label` pushes a tag with that VLAN id, `set_label`
+    rewrites the id. `write_metadata` (with `goto_table`) hands the next table a value to match.
+    `role`, `direction` and `stage` describe the flow's place in its plan (for ordering and
+    for people); they take no part in equality, since the switch holds none of them.
     """
 
     switch: str
@@ -248,14 +278,23 @@ class FlowSpec:
     cookie: int
     output: int | None = None
     group_id: int | None = None
+    goto_table: int | None = None
     meter_id: int | None = None
+    push_label: int | None = None
+    set_label: int | None = None
+    pop_label: bool = False
+    write_metadata: int | None = None
     role: str = field(default=TRANSIT, compare=False)
     direction: str = field(default=FORWARD, compare=False)
     stage: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
-        if (self.output is None) == (self.group_id is None):
-            raise ValueError(f"flow on {self.switch}: give exactly one of output and group_id")
+        if sum(a is not None for a in (self.output, self.group_id, self.goto_table)) != 1:
+            raise ValueError(f"flow on {self.switch}: give exactly one of output, group_id and goto_table")
+        if sum((self.push_label is not None, self.set_label is not None, self.pop_label)) > 1:
+            raise ValueError(f"flow on {self.switch}: push, set or pop a label, not several")
+        if (self.write_metadata is not None) != (self.goto_table is not None):
+            raise ValueError(f"flow on {self.switch}: write_metadata goes with goto_table")
 
     @property
     def key(self) -> tuple[str, int, int, Match]:
@@ -264,9 +303,15 @@ class FlowSpec:
 
     def describe(self) -> str:
         """One line for logs and test failures."""
-        action = f"output:{_port(self.output)}" if self.output is not None else f"group:{self.group_id}"
+        if self.goto_table is not None:
+            action = f"metadata:{self.write_metadata:#x} goto:{self.goto_table}"
+        else:
+            action = f"output:{_port(self.output)}" if self.output is not None else f"group:{self.group_id}"
+        label = (f"push:{self.push_label} " if self.push_label is not None else
+                 f"set:{self.set_label} " if self.set_label is not None else "pop " if self.pop_label else "")
         meter = f"meter:{self.meter_id} " if self.meter_id is not None else ""
-        return f"{self.switch} p{self.priority} {self.match.describe()} => {meter}{action} ({self.role})"
+        table = f"t{self.table_id} " if self.table_id != TABLE_ID else ""
+        return f"{self.switch} {table}p{self.priority} {self.match.describe()} => {meter}{label}{action} ({self.role})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,14 +339,15 @@ class MeterSpec:
 class GroupSpec:
     """A fast-failover group on `switch`: the first bucket whose watch port is live forwards.
 
-    `buckets` are (watch_port, output_port) pairs; output_port may be `IN_PORT`.
+    `buckets` are (watch_port, output_port) pairs, or (watch_port, output_port, label) when the
+    bucket pushes a path label's VLAN tag before its output; output_port may be `IN_PORT`.
     """
 
     switch: str
     dpid: int
     group_id: int
     type: str = GROUP_TYPE_FF
-    buckets: tuple[tuple[int, int], ...]
+    buckets: tuple[tuple[int, ...], ...]
 
     @property
     def key(self) -> tuple[str, int]:
@@ -310,7 +356,8 @@ class GroupSpec:
 
     def describe(self) -> str:
         """One line for logs and test failures."""
-        buckets = ", ".join(f"watch {w} -> {_port(o)}" for w, o in self.buckets)
+        buckets = ", ".join(f"watch {b[0]} -> {f'push:{b[2]} ' if len(b) > 2 else ''}{_port(b[1])}"
+                            for b in self.buckets)
         return f"{self.switch} group:{self.group_id} {self.type} [{buckets}]"
 
 
@@ -328,8 +375,9 @@ class SwitchPlan:
 
 def _flow_order(flow: FlowSpec) -> tuple:
     m = flow.match
-    return (flow.switch, flow.table_id, -flow.priority, m.in_port or 0, m.eth_type, m.ipv4_src or "", m.ipv4_dst or "",
-            m.ip_proto or 0, m.ipv6_src or "", m.ipv6_dst or "", m.icmpv6_type or 0)
+    return (flow.switch, flow.table_id, -flow.priority, m.in_port or 0, m.eth_type or 0, m.ipv4_src or "",
+            m.ipv4_dst or "", m.ip_proto or 0, m.ipv6_src or "", m.ipv6_dst or "", m.icmpv6_type or 0,
+            -1 if m.vlan_vid is None else m.vlan_vid, -1 if m.metadata is None else m.metadata)
 
 
 @dataclass(frozen=True)
@@ -338,7 +386,8 @@ class FlowPlan:
 
     Specs are kept sorted (by switch, then key), so equal content gives equal plans. Checked
     on creation: flow keys and per-switch meter and group ids are unique, and every meter and
-    group a flow uses is in the plan on the same switch.
+    group a flow uses is in the plan on the same switch, or (a group) among `shared_groups`:
+    (switch, group id) of groups a shared path's plan holds (`label_plans`).
     """
 
     reservation_id: str
@@ -348,6 +397,7 @@ class FlowPlan:
     flows: tuple[FlowSpec, ...]
     meters: tuple[MeterSpec, ...] = ()
     groups: tuple[GroupSpec, ...] = ()
+    shared_groups: frozenset[tuple[str, int]] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "flows", tuple(sorted(self.flows, key=_flow_order)))
@@ -359,7 +409,7 @@ class FlowPlan:
                 dup = next(k for k in keys if keys.count(k) > 1)
                 raise ValueError(f"plan of {self.reservation_id}: two {what}s share {dup}")
         meters = {m.key for m in self.meters}
-        groups = {g.key for g in self.groups}
+        groups = {g.key for g in self.groups} | self.shared_groups
         for f in self.flows:
             if f.meter_id is not None and (f.switch, f.meter_id) not in meters:
                 raise ValueError(f"plan of {self.reservation_id}: flow {f.describe()} uses a meter not in the plan")
@@ -396,10 +446,11 @@ class FlowPlan:
 # --- ids -------------------------------------------------------------------------------------
 
 
-def _preferred(reservation_id: str, kind: str, key: object, limit: int) -> int:
-    """A stable id in 1..limit from the reservation's cookie bits and what the id is for."""
-    low = reservation_cookie(reservation_id) & COOKIE_ID_MASK
-    digest = hashlib.blake2b(f"{low:012x}/{kind}/{key!r}".encode(), digest_size=8).digest()
+def _preferred(owner: str, kind: str, key: object, limit: int) -> int:
+    """A stable id in 1..limit from the owner (a reservation's cookie bits, or a shared path's
+    name) and what the id is for."""
+    seed = owner if owner.startswith(PATH_OWNER) else f"{reservation_cookie(owner) & COOKIE_ID_MASK:012x}"
+    digest = hashlib.blake2b(f"{seed}/{kind}/{key!r}".encode(), digest_size=8).digest()
     return 1 + int.from_bytes(digest, "big") % limit
 
 
@@ -420,14 +471,19 @@ class IdAllocator:
         self._owner: dict[tuple[str, str, int], tuple[str, object]] = {}
         self._ids: dict[tuple[str, str, str, object], int] = {}
         self._held: dict[str, set[tuple[str, str, int]]] = {}  # reservation -> its (switch, kind, id)s
+        self._used: dict[tuple[str, str], int] = {}  # (switch, kind) -> ids held
 
     def meter_id(self, switch: str, reservation_id: str, direction: str) -> int:
         """The meter id on `switch` of `reservation_id`'s `direction` (forward or reverse)."""
         return self._allocate(switch, "meter", reservation_id, direction)
 
-    def group_id(self, switch: str, reservation_id: str, buckets: tuple[tuple[int, int], ...]) -> int:
+    def group_id(self, switch: str, reservation_id: str, buckets: tuple[tuple[int, ...], ...]) -> int:
         """The group id on `switch` of `reservation_id`'s group with these `buckets`."""
         return self._allocate(switch, "group", reservation_id, buckets)
+
+    def free(self, switch: str, kind: str) -> int:
+        """How many `kind` ("meter" or "group") ids `switch` has left."""
+        return self.limits[kind] - self._used.get((switch, kind), 0)
 
     def _allocate(self, switch: str, kind: str, reservation_id: str, key: object) -> int:
         found = self._ids.get((switch, kind, reservation_id, key))
@@ -446,10 +502,12 @@ class IdAllocator:
         self._owner[(switch, kind, value)] = (reservation_id, key)
         self._ids[(switch, kind, reservation_id, key)] = value
         self._held.setdefault(reservation_id, set()).add((switch, kind, value))
+        self._used[(switch, kind)] = self._used.get((switch, kind), 0) + 1
 
     def _free(self, switch: str, kind: str, value: int) -> None:
         reservation_id, key = self._owner.pop((switch, kind, value))
         del self._ids[(switch, kind, reservation_id, key)]
+        self._used[(switch, kind)] -= 1
         held = self._held[reservation_id]
         held.discard((switch, kind, value))
         if not held:
@@ -484,7 +542,8 @@ class IdAllocator:
 # --- plans -----------------------------------------------------------------------------------
 
 
-def _reversed(hops: Sequence[Hop]) -> tuple[Hop, ...]:
+def reversed_hops(hops: Sequence[Hop]) -> tuple[Hop, ...]:
+    """The hops of the opposite direction of a path: switches backwards, ports swapped."""
     return tuple(Hop(h.switch, h.out_port, h.in_port) for h in reversed(hops))
 
 
@@ -550,24 +609,22 @@ class _Builder:
         flow(ingress.switch, ingress.in_port, INGRESS, max(after, m - 1) + 1, group_id=group_id, meter_id=meter_id)
 
 
-def plan_for(topology: Topology, reservation_id: str, src_dtn: str, dst_dtn: str, route: Route | Path,
-             bandwidth_bps: int, ids: IdAllocator | None = None, *, src_prefix: str | None = None,
-             dst_prefix: str | None = None) -> FlowPlan:
-    """Return the flow plan of reservation `reservation_id`: `bandwidth_bps` from `src_dtn` to
-    `dst_dtn` over `route` (with protection when it has a backup), acks back unbooked.
+@dataclass(frozen=True)
+class Traffic:
+    """What a reservation's flows match and where they go, per direction (`traffic_of`)."""
 
-    Without prefixes the flows match IPv4 between the two DTNs' addresses, with ARP twins.
-    With `src_prefix` and `dst_prefix` (IPv6 networks, both or neither) they match IPv6 from
-    `src_prefix` to `dst_prefix` (forward) and back (reverse), under the prefixes' masks, with
-    twins for the neighbour solicitations of each direction's source prefix to the
-    solicited-node range; nothing of IPv4 (the module docstring lists every field matched).
+    primary: tuple[Hop, ...]
+    backup: tuple[Hop, ...] | None
+    forward: Match  # the booked direction's packets
+    reverse: Match  # the acks'
+    twin: dict  # the fields that turn a flow's match into its address-resolution twin's
 
-    `ids` allocates meter and group ids; pass the core's one allocator so ids stay unique per
-    switch across reservations, and the same one for a move's old and new plans. Raises
-    `InvalidArgument` for a malformed id, bandwidth or prefix, a route between other DTNs, or
-    a backup that shares a link with the primary.
-    """
-    cookie = reservation_cookie(reservation_id)
+
+def traffic_of(topology: Topology, src_dtn: str, dst_dtn: str, route: Route | Path, bandwidth_bps: int,
+               src_prefix: str | None = None, dst_prefix: str | None = None) -> Traffic:
+    """The matches and hops of a reservation from `src_dtn` to `dst_dtn` over `route`, checked:
+    `InvalidArgument` for a bandwidth that is not a positive whole number, a bad prefix pair, a
+    route between other DTNs, or a backup on the same switch or sharing a link with the primary."""
     if isinstance(bandwidth_bps, bool) or not isinstance(bandwidth_bps, int) or bandwidth_bps <= 0:
         raise InvalidArgument(f"bandwidth: must be a positive whole number of bits/s, got {bandwidth_bps!r}")
     src_prefix, dst_prefix = validation.prefix_pair(src_prefix, dst_prefix)
@@ -593,10 +650,33 @@ def plan_for(topology: Topology, reservation_id: str, src_dtn: str, dst_dtn: str
         forward = Match(eth_type=ETH_TYPE_IPV6, ipv6_src=src_prefix, ipv6_dst=dst_prefix)
         reverse = Match(eth_type=ETH_TYPE_IPV6, ipv6_src=dst_prefix, ipv6_dst=src_prefix)
         twin = {"ip_proto": IP_PROTO_ICMPV6, "ipv6_dst": SOLICITED_NODE, "icmpv6_type": ICMPV6_NEIGHBOR_SOLICITATION}
+    return Traffic(tuple(primary), tuple(backup) if backup is not None else None, forward, reverse, twin)
+
+
+def plan_for(topology: Topology, reservation_id: str, src_dtn: str, dst_dtn: str, route: Route | Path,
+             bandwidth_bps: int, ids: IdAllocator | None = None, *, src_prefix: str | None = None,
+             dst_prefix: str | None = None) -> FlowPlan:
+    """Return the flow plan of reservation `reservation_id`: `bandwidth_bps` from `src_dtn` to
+    `dst_dtn` over `route` (with protection when it has a backup), acks back unbooked.
+
+    Without prefixes the flows match IPv4 between the two DTNs' addresses, with ARP twins.
+    With `src_prefix` and `dst_prefix` (IPv6 networks, both or neither) they match IPv6 from
+    `src_prefix` to `dst_prefix` (forward) and back (reverse), under the prefixes' masks, with
+    twins for the neighbour solicitations of each direction's source prefix to the
+    solicited-node range; nothing of IPv4 (the module docstring lists every field matched).
+
+    `ids` allocates meter and group ids; pass the core's one allocator so ids stay unique per
+    switch across reservations, and the same one for a move's old and new plans. Raises
+    `InvalidArgument` for a malformed id, bandwidth or prefix, a route between other DTNs, or
+    a backup that shares a link with the primary.
+    """
+    cookie = reservation_cookie(reservation_id)
+    t = traffic_of(topology, src_dtn, dst_dtn, route, bandwidth_bps, src_prefix, dst_prefix)
+    primary, backup, forward, reverse, twin = t.primary, t.backup, t.forward, t.reverse, t.twin
     builder = _Builder(topology, reservation_id, cookie, ids if ids is not None else IdAllocator())
     builder.direction(FORWARD, PRIORITY, forward, primary, backup, bandwidth_bps)
-    builder.direction(REVERSE, REVERSE_PRIORITY, reverse, _reversed(primary),
-                      _reversed(backup) if backup is not None else None, reverse_rate(bandwidth_bps))
+    builder.direction(REVERSE, REVERSE_PRIORITY, reverse, reversed_hops(primary),
+                      reversed_hops(backup) if backup is not None else None, reverse_rate(bandwidth_bps))
     # The DTNs' own address resolution (ARP, or IPv6 neighbour solicitations from the direction's
     # source prefix) follows the reserved hops too, so it needs no controller: traffic goes on after
     # a controller crash, and nothing floods. Twins carry no meter (address resolution is a trickle).

@@ -172,10 +172,15 @@ class Change:
     """OpenFlow steps for the adapter to apply, in order; `confirm`: report back with
     `provisioned(reservation_id, error, token)`."""
 
-    reservation_id: str
+    reservation_id: str  # or, for a shared path's entries, "path-<label>"
     steps: tuple[Step, ...]
     confirm: bool
     token: int = 0  # which change of the reservation a report is about: only the latest counts
+    # Shared paths this change relies on (labels): applied only after the changes that install
+    # them, and failed with their reason when those failed.
+    needs: frozenset[int] = frozenset()
+    # Shared paths this change installs or removes (labels).
+    makes: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)

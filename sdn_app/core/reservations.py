@@ -31,13 +31,15 @@ those ended within `keep_ended`.
 from __future__ import annotations
 
 import collections
+import functools
+import ipaddress
 import math
 import os
 import random
 import re
 import sqlite3
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from sdn_app.core import reservation_store as store
@@ -50,13 +52,15 @@ from sdn_app.core.errors import (
     InvalidArgument,
     NoCapacity,
     PermissionDenied,
+    TsdnError,
 )
-from sdn_app.core.installs import Installs
+from sdn_app.core.installs import LABELS, Installs
+from sdn_app.core.labels import DEFAULT_GRACE, DEFAULT_LABELS
 from sdn_app.core.ledger import AlsoWrite, Ledger
 from sdn_app.core.ledger_repair import LedgerRepair
 from sdn_app.core.link_repair import LinkRepair
 from sdn_app.core.paths import PathFinder, PathRequest, Route
-from sdn_app.core.plans import SwitchPlan, clash
+from sdn_app.core.plans import COOKIE_ID_MASK, DEFAULT_MAX_METER_ID, SwitchPlan, clash, is_path_cookie_bits
 from sdn_app.core.rerouting.advisor import Health, RateAdvisor
 from sdn_app.core.rerouting.congestion import Condition
 from sdn_app.core.rerouting.rerouter import Fleet, Rerouter
@@ -94,6 +98,24 @@ MAX_LABELS = 32
 # holds it. Memory at most: reservations ending per second x this x about 1.6 kB (the process's RSS).
 DEFAULT_KEEP_ENDED = 300.0
 DEFAULT_HOLD_TIMEOUT = 120.0  # seconds a two-phase hold waits for its commit (OpenNSA and SuPA: 120 s)
+MAX_BATCH = 1000  # requests in one `create_many` (a campaign)
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One request of a `create_many` batch: what `create` takes, less `validate_only` (the batch's)."""
+
+    request: PathRequest
+    labels: Mapping[str, str] | None = None
+    request_id: str = ""
+    fingerprint: str = ""
+    terms: Terms | None = None
+
+
+class BatchAborted(TsdnError):
+    """A request of an all-or-nothing batch that was not booked because another one was refused."""
+
+    code = "ABORTED"
 
 
 class ReservationBook:
@@ -102,7 +124,9 @@ class ReservationBook:
     def __init__(self, topology: Topology, ledger: Ledger, clock: Clock, provisioning: bool = False,
                  advisor: RateAdvisor | None = None, keep_ended: float = DEFAULT_KEEP_ENDED,
                  hold_timeout: float = DEFAULT_HOLD_TIMEOUT, share_step: float = DEFAULT_SHARE_STEP,
-                 share_solver: str = "filling"):
+                 share_solver: str = "filling", flow_design: str = LABELS,
+                 path_labels: tuple[int, int] = DEFAULT_LABELS, label_grace: float = DEFAULT_GRACE,
+                 max_meters: int = DEFAULT_MAX_METER_ID):
         """Load the reservations kept in the ledger's database and reconcile them with it.
 
         With `provisioning`, switches are controlled: a reservation whose window starts waits in
@@ -116,6 +140,11 @@ class ReservationBook:
         A held request waits `hold_timeout` seconds for its commit. Elastic reservations' meters
         change when a re-solve moves their share by more than `share_step` x their ceiling;
         `share_solver` solves the rounds of the sharing (`sharing.METHODS`).
+
+        `flow_design` is how reservations are put on the switches (`installs.FLOW_DESIGNS`):
+        label-switched paths with VLAN ids from `path_labels`, kept `label_grace` seconds after
+        their last user left, or every reservation's flows on every hop. `max_meters`: the meter
+        ids a switch has (a reservation takes one per direction at its ingress).
         """
         if isinstance(hold_timeout, bool) or not isinstance(hold_timeout, int | float) \
                 or not 0 < hold_timeout <= 86400:
@@ -136,7 +165,8 @@ class ReservationBook:
         self.companion: Callable[[Reservation], AlsoWrite | None] | None = None
         self.refusals: collections.Counter[str] = collections.Counter()  # admissions refused, by kind
         self.repairs: list[Repair] = []  # what loading changed so the ledger fits the topology
-        self.installs = Installs(topology)  # with switches: the flows each reservation wants there
+        # with switches: the flows each reservation wants there
+        self.installs = Installs(topology, clock, flow_design, path_labels, label_grace, max_meters)
         self._memory = Memory(self.keep_ended)
         self._reservations = self._memory.known  # in memory, live and recently ended
         self._live = self._memory.live  # not final: what ticks and deadlines look at
@@ -237,6 +267,87 @@ class ReservationBook:
             self.refusals["failed_precondition"] += 1
             raise
 
+    def create_many(self, principal: Principal, items: Sequence[BatchItem], all_or_nothing: bool = False,
+                    validate_only: bool = False) -> list[Reservation | TsdnError]:
+        """Admit a batch of requests (a campaign) in order, each as `create` would: the reservation
+        or the error that refused it, per item. Later items see the capacity earlier ones took.
+
+        With `all_or_nothing`, nothing is booked, stored, installed or announced unless every item
+        would be admitted: a trial first admits each against the bookings of the items before it,
+        held in memory only, and undone whatever happens; one refused, the others are
+        `BatchAborted` naming it. `validate_only`: the answer the batch would get, nothing booked.
+        1 to `MAX_BATCH` items; an item's `request_id` is used as `create` uses it (a retried batch
+        returns the same reservations), and may not repeat within the batch. InvalidArgument for
+        the whole batch when an item's request id, labels or prefixes are malformed."""
+        require_role(principal, "create reservations")
+        if not items:
+            raise InvalidArgument(f"requests: an empty batch; give 1 to {MAX_BATCH:,} requests")
+        if len(items) > MAX_BATCH:
+            raise InvalidArgument(f"requests: {len(items):,} in one batch, at most {MAX_BATCH:,}")
+        _check_batch(items)
+        if not (all_or_nothing or validate_only):
+            return [self._create_item(principal, item) for item in items]
+        trial = self._trial(principal, items)
+        refused = next((i for i, outcome in enumerate(trial) if isinstance(outcome, TsdnError)), None)
+        if all_or_nothing and refused is not None:
+            return _aborted(items, trial, refused)
+        if validate_only:
+            return trial
+        admitted: list[Reservation | TsdnError] = []
+        for index, (item, checked) in enumerate(zip(items, trial, strict=True)):
+            assert isinstance(checked, Reservation)
+            outcome = self._create_item(principal, item, checked.route)
+            if isinstance(outcome, TsdnError):  # the trial said it fits: only a bug gets here
+                new = [r for r, t in zip(admitted, trial, strict=False)
+                       if isinstance(r, Reservation) and isinstance(t, Reservation) and not t.id]
+                self._undo_batch(principal, new, f"all_or_nothing: {_item_name(index, item)} was refused after "
+                                                 f"its trial: {outcome}")
+                return _aborted(items, [*trial[:index], outcome, *trial[index + 1:]], index)
+            admitted.append(outcome)
+        return admitted
+
+    def _create_item(self, principal: Principal, item: BatchItem,
+                     planned: Route | None = None) -> Reservation | TsdnError:
+        """`create` of one batch item (on `planned`, its trial's route, when given): the reservation,
+        or the error that refused it."""
+        try:
+            if planned is None:
+                return self.create(principal, item.request, item.labels, item.request_id, False, item.fingerprint,
+                                   item.terms)
+            return self._admit(principal, item.request, item.labels, item.request_id, False, item.fingerprint,
+                               item.terms or Terms(), planned)
+        except TsdnError as error:
+            return error
+
+    def _trial(self, principal: Principal, items: Sequence[BatchItem]) -> list[Reservation | TsdnError]:
+        """Each item checked as `create` with `validate_only` checks it, against the bookings of
+        the items admitted before it, held in the ledger's memory only: undone at the end."""
+        outcomes: list[Reservation | TsdnError] = []
+        earlier = _BatchSoFar()
+        with self.ledger.trial() as trial:
+            for index, item in enumerate(items):
+                try:
+                    checked = self._admit(principal, item.request, item.labels, item.request_id, True,
+                                          item.fingerprint, item.terms or Terms(), batch=earlier)
+                    if not checked.id:  # a new one (not a retry of an earlier request): its booking is held
+                        assert checked.route is not None
+                        schedule = item.terms.schedule if item.terms is not None else ()
+                        trial.hold(checked.route.direction_ids, checked.request.bandwidth, checked.request.start,
+                                   checked.request.end, steps=[(s.start, s.end, s.bandwidth) for s in schedule]
+                                   if schedule else None)
+                        earlier.add(index, checked.request)
+                    outcomes.append(checked)
+                except TsdnError as error:
+                    if isinstance(error, NoCapacity | FailedPrecondition):  # counted as `create` counts them
+                        self.refusals["no_capacity" if isinstance(error, NoCapacity) else "failed_precondition"] += 1
+                    outcomes.append(error)
+        return outcomes
+
+    def _undo_batch(self, principal: Principal, admitted: list[Reservation], why: str) -> None:
+        """Release the reservations an all-or-nothing batch admitted before one of its items failed."""
+        for reservation in reversed(admitted):
+            self.release(principal, reservation.name, why)
+
     def book_by_deadline(self, principal: Principal, src: str, dst: str, size_bits: int, deadline: float,
                          policy: str = "shortest", labels: Mapping[str, str] | None = None, request_id: str = "",
                          fingerprint: str = "", terms: Terms | None = None) -> Reservation:
@@ -290,7 +401,7 @@ class ReservationBook:
 
     def _admit(self, principal: Principal, request: PathRequest, labels: Mapping[str, str] | None,
                request_id: str, validate_only: bool, fingerprint: str, terms: Terms,
-               planned: Route | None = None) -> Reservation:
+               planned: Route | None = None, batch: _BatchSoFar | None = None) -> Reservation:
         """Admit `request` for the caller, or raise why not; idempotent per `request_id`.
 
         A retry with a `request_id` already used by this caller returns that reservation
@@ -317,9 +428,11 @@ class ReservationBook:
         priority = check_terms(principal, request, terms)
         if request.end <= now:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
-        self._check_apart(request)
+        self._check_apart(request, batch=batch)
         self._check_hosts(request)
         route = planned or self.finder.route(request)
+        if self.provisioning:
+            self.installs.check_room(route)
         if terms.hold:
             state, reason = State.HELD, f"held until {format_time(now + self.hold_timeout)}: commit or abort"
         else:
@@ -329,7 +442,7 @@ class ReservationBook:
             return Reservation("", principal.name, request, state, route, now, now,
                                "validate_only: checked, nothing was booked", request_id, labels,
                                priority=priority, ceiling=terms.ceiling, provisioned=terms.provision)
-        reservation = Reservation(f"{self._random.getrandbits(128):032x}", principal.name, request, state, route,
+        reservation = Reservation(self._new_id(), principal.name, request, state, route,
                                   now, now, reason, request_id, labels, fingerprint,
                                   hold_until=now + self.hold_timeout if terms.hold else 0.0,
                                   provisioned=terms.provision, priority=priority, ceiling=terms.ceiling,
@@ -364,7 +477,11 @@ class ReservationBook:
             self._record(previous, reservation, decision)
         self._apply_shares(shares, cause)  # shrunk meters first, then the new flows go in
         if reservation.state is State.PROVISIONING:
-            self.installs.install(reservation)
+            try:
+                self.installs.install(reservation)
+            except NoCapacity as full:  # a window that starts (or a commit) when the switches are full
+                self.provisioned(reservation.id, str(full))
+                return self._reservations[reservation.id]
         return reservation
 
     def _reshare(self, cause: str) -> None:
@@ -394,22 +511,31 @@ class ReservationBook:
             if new.id in self.installs:
                 self.installs.resize(new)
 
-    def _check_apart(self, request: PathRequest, ignore: str = "") -> None:
+    def _check_apart(self, request: PathRequest, ignore: str = "", batch: _BatchSoFar | None = None) -> None:
         """With switches, refuse a request whose flows would collide with those of a live
         reservation (other than `ignore`) whose window overlaps its own (`plans.clash`): without
         prefixes, one reservation per ordered DTN pair at a time, since the switches tell them
         apart by the pair's addresses; with prefixes, prefixes that keep apart from every other
-        reservation's. (Bookings alone, without switches, may overlap.)"""
+        reservation's. (Bookings alone, without switches, may overlap.) `batch`: the requests of a
+        `create_many` trial admitted so far, kept apart from in the same way."""
         if not self.provisioning:
             return
+        may_clash = _clash_filter(request)
+        for index, q in batch.candidates(request) if batch is not None else ():
+            if q.start < request.end and request.start < q.end and may_clash(q) \
+                    and (why := clash(request, q)) is not None:
+                raise FailedPrecondition(
+                    f"{why}, as requests[{index}] of this batch ({q.src} -> {q.dst}, {format_window(q.start, q.end)})"
+                    ": the switches could not tell the two reservations' traffic apart; give each IPv6 prefixes "
+                    "of its own, or windows apart")
         if request.src_prefix is None:
             others = [r for r in self._memory.on_pair(request.src, request.dst) if r.request.src_prefix is None]
         else:
             others = self._memory.with_prefixes()
-        for other in sorted(others, key=lambda r: (r.created, r.id)):
+        near = [r for r in others if r.id != ignore and r.request.start < request.end
+                and request.start < r.request.end and may_clash(r.request)]
+        for other in sorted(near, key=lambda r: (r.created, r.id)):
             q = other.request
-            if other.id == ignore or not (q.start < request.end and request.start < q.end):
-                continue
             why = clash(request, q)
             if why is None:
                 continue
@@ -761,6 +887,7 @@ class ReservationBook:
             self.links.retry_degraded(Trigger(text="holds timed out"))
             self._reshare(f"{len(timed_out)} hold{'s' if len(timed_out) > 1 else ''} timed out")
         self._next_steps(now)
+        self.installs.expire_paths()
         ending = [r for r in self._live.values() if r.request.end <= now]
         if not ending:
             return
@@ -795,7 +922,7 @@ class ReservationBook:
 
     def next_deadline(self) -> float:
         """When `tick` next has something to do (math.inf when nothing is pending)."""
-        return self._memory.next_deadline()
+        return min(self._memory.next_deadline(), self.installs.next_path_expiry())
 
     def sweep(self) -> None:
         """Forget the ended reservations held in memory for `keep_ended` (`tick` does it too)."""
@@ -807,6 +934,13 @@ class ReservationBook:
         return self._memory.next_sweep()
 
     # -- internals -----------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        """A fresh reservation id whose cookie bits are not those of a shared path's entries."""
+        while True:
+            value = self._random.getrandbits(128)
+            if not is_path_cookie_bits(value & COOKIE_ID_MASK):
+                return f"{value:032x}"
 
     def _find(self, name: str) -> Reservation:
         return self._lookup(store.reservation_id_of(name))
@@ -925,6 +1059,86 @@ def _told(reason: str | Decision) -> tuple[Decision | None, str]:
 def _share_change(r: Reservation, share: int) -> ShareChange:
     """An elastic reservation's meter going to `share`, with its terms."""
     return ShareChange(r.name, r.meter_bps, share, r.request.bandwidth, r.ceiling, r.priority)
+
+
+class _BatchSoFar:
+    """The requests of a `create_many` trial admitted so far (booked nowhere but in the trial), by
+    what `_check_apart` compares: per DTN pair those without prefixes, and those with."""
+
+    def __init__(self) -> None:
+        self._on_pair: dict[tuple[str, str], list[tuple[int, PathRequest]]] = {}
+        self._prefixed: list[tuple[int, PathRequest]] = []
+
+    def add(self, index: int, request: PathRequest) -> None:
+        """Item `index` of the batch was admitted in the trial as `request`."""
+        if request.src_prefix is None:
+            self._on_pair.setdefault((request.src, request.dst), []).append((index, request))
+        else:
+            self._prefixed.append((index, request))
+
+    def candidates(self, request: PathRequest) -> list[tuple[int, PathRequest]]:
+        """(index, request) of the admitted ones whose flows `request`'s could collide with."""
+        if request.src_prefix is None:
+            return self._on_pair.get((request.src, request.dst), [])
+        return self._prefixed
+
+
+def _clash_filter(new: PathRequest) -> Callable[[PathRequest], bool]:
+    """A test that is False for a request `plans.clash` would surely find no clash with (no prefix
+    of it overlaps a prefix of `new`), on cached address ranges: a request is compared with
+    thousands of others without parsing their prefixes again each time."""
+    if new.src_prefix is None or new.dst_prefix is None:
+        return lambda other: True
+    (a_low, a_high), (b_low, b_high) = _prefix_range(new.src_prefix), _prefix_range(new.dst_prefix)
+
+    def may_clash(other: PathRequest) -> bool:
+        if other.src_prefix is None or other.dst_prefix is None:
+            return True
+        c_low, c_high = _prefix_range(other.src_prefix)
+        d_low, d_high = _prefix_range(other.dst_prefix)
+        return ((a_low <= c_high and c_low <= a_high) or (a_low <= d_high and d_low <= a_high)
+                or (b_low <= c_high and c_low <= b_high) or (b_low <= d_high and d_low <= b_high))
+    return may_clash
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _prefix_range(prefix: str) -> tuple[int, int]:
+    """The first and last address of an IPv6 prefix (canonical text), as integers."""
+    network = ipaddress.IPv6Network(prefix)
+    return int(network.network_address), int(network.broadcast_address)
+
+
+def _item_name(index: int, item: BatchItem) -> str:
+    """`requests[3] (request_id 'abc')`: a batch item as messages name it."""
+    return f"requests[{index}]" + (f" (request_id {validation.shown(item.request_id)})" if item.request_id else "")
+
+
+def _check_batch(items: Sequence[BatchItem]) -> None:
+    """InvalidArgument naming the first item whose request id, labels or prefixes are malformed, or
+    whose request id an earlier item of the batch has."""
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        try:
+            validation.request_id(item.request_id)
+            _check_labels(item.labels or {})
+            validation.prefix_pair(item.request.src_prefix, item.request.dst_prefix)
+        except InvalidArgument as error:
+            raise InvalidArgument(f"{_item_name(index, item)}: {error}") from None
+        if item.request_id in seen:
+            raise InvalidArgument(f"{_item_name(index, item)}: the same request_id as "
+                                  f"requests[{seen[item.request_id]}]; each request of a batch needs its own")
+        if item.request_id:
+            seen[item.request_id] = index
+
+
+def _aborted(items: Sequence[BatchItem], outcomes: list[Reservation | TsdnError],
+             refused: int) -> list[Reservation | TsdnError]:
+    """The answer of an all-or-nothing batch whose item `refused` (the first) was refused: each
+    refused item its own error, every other one `BatchAborted` naming that first refusal."""
+    first = outcomes[refused]
+    why = (f"not booked: all_or_nothing, and {_item_name(refused, items[refused])} was refused "
+           f"({first.code}: {first})")
+    return [outcome if isinstance(outcome, TsdnError) else BatchAborted(why) for outcome in outcomes]
 
 
 def _check_labels(labels: Mapping[str, str]) -> Mapping[str, str]:

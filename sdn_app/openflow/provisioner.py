@@ -60,13 +60,31 @@ Report = tuple[str, str | None, int]  # reservation id, None or why its change f
 _NOTHING = object()
 
 
-def _touches(change: Change) -> set[tuple]:
-    """What `change` touches: its reservation and the key of every entry its steps name."""
-    touched: set[tuple] = {("reservation", change.reservation_id)}
+@dataclass
+class _Touched:
+    """What changes write (their reservation, every entry their steps name, the paths they
+    install or remove) and read (the paths they rely on)."""
+
+    writes: set[tuple]
+    reads: set[tuple]
+
+    def clashes(self, other: _Touched) -> bool:
+        """Whether the two must be applied one after the other."""
+        return bool(self.writes & (other.writes | other.reads) or self.reads & other.writes)
+
+    def add(self, other: _Touched) -> None:
+        self.writes |= other.writes
+        self.reads |= other.reads
+
+
+def _touches(change: Change) -> _Touched:
+    """What `change` touches (`_Touched`)."""
+    writes: set[tuple] = {("reservation", change.reservation_id)}
     for step in change.steps:
         if step.spec is not None:
-            touched.add((type(step.spec).__name__, step.spec.key))
-    return touched
+            writes.add((type(step.spec).__name__, step.spec.key))
+    writes |= {("path", label) for label in change.makes}
+    return _Touched(writes, {("path", label) for label in change.needs})
 
 
 class Provisioner:
@@ -78,8 +96,12 @@ class Provisioner:
     Order is kept where it matters: a change that touches anything an earlier change in the
     batch touches (same reservation, or the same flow key, meter or group id on a switch: a
     meter id freed by one release and taken by the next install) waits for the next batch,
-    and so does every later change touching what it touches. A reconciliation job runs
-    alone, after everything queued before it and before everything queued after it.
+    and so does every later change touching what it touches. A change that relies on a shared
+    path (`Change.needs`) waits for the change installing it (`Change.makes`), but changes
+    relying on the same path go together. When a path's change failed, the changes relying on
+    it fail with its reason, unsent, until a change of that path succeeds or every switch it
+    failed on was reconciled. A reconciliation job runs alone, after everything queued before
+    it and before everything queued after it.
     """
 
     def __init__(self, fabric: Fabric, report: Callable[[list[Report]], None],
@@ -94,6 +116,7 @@ class Provisioner:
         self._reconciled = reconciled
         self._queue: queue.SimpleQueue[Change | Reconcile | None] = queue.SimpleQueue()
         self._later: deque[Change | Reconcile | None] = deque()  # taken from the queue, left for a later batch
+        self._broken: dict[int, tuple[str, set[str]]] = {}  # path label -> why its change failed, switches
         self._thread = threading.Thread(target=self._run, name="tsdn-provisioner", daemon=True)
 
     def start(self) -> None:
@@ -137,7 +160,7 @@ class Provisioner:
         assert isinstance(first, Change)
         batch, claimed = [first], _touches(first)
         later: list[Change | Reconcile | None] = []
-        blocked: set[tuple] = set()
+        blocked = _Touched(set(), set())
         while len(batch) < self.max_batch:
             item = self._take(block=False)
             if item is _NOTHING:
@@ -147,12 +170,12 @@ class Provisioner:
                 break
             assert isinstance(item, Change)
             touched = _touches(item)
-            if touched & claimed or touched & blocked:
+            if touched.clashes(claimed) or touched.clashes(blocked):
                 later.append(item)
-                blocked |= touched
+                blocked.add(touched)
             else:
                 batch.append(item)
-                claimed |= touched
+                claimed.add(touched)
         self._later.extendleft(reversed(later))
         return batch
 
@@ -163,11 +186,16 @@ class Provisioner:
 
     def _apply(self, batch: list[Change]) -> bool:
         """Apply `batch` and report its installs; False once the core is shutting down."""
+        unsent = [self._path_broken(change) for change in batch]
+        sent = [change for change, why in zip(batch, unsent, strict=True) if why is None]
         try:
-            errors = self.fabric.apply_many([list(change.steps) for change in batch])
+            applied = iter(self.fabric.apply_many([list(change.steps) for change in sent]) if sent else [])
         except Exception as exc:  # the adapter's bug must not stop every later change
-            log.exception("applying %d change(s) failed", len(batch))
-            errors = [f"internal error: {exc}"] * len(batch)
+            log.exception("applying %d change(s) failed", len(sent))
+            applied = iter([f"internal error: {exc}"] * len(sent))
+        errors = [why if why is not None else next(applied) for why in unsent]
+        for change, error in zip(batch, errors, strict=True):
+            self._note_paths(change, error)
         reports: list[Report] = []
         for change, error in zip(batch, errors, strict=True):
             if change.confirm:
@@ -183,6 +211,23 @@ class Provisioner:
                 log.exception("reporting %d install(s) to the core failed", len(reports))
         return True
 
+    def _path_broken(self, change: Change) -> str | None:
+        """Why `change` cannot work: a path it relies on failed to install (None: it can)."""
+        for label in sorted(change.needs):
+            if label in self._broken:
+                return f"path label {label} is not installed: {self._broken[label][0]}"
+        return None
+
+    def _note_paths(self, change: Change, error: str | None) -> None:
+        """Remember the paths `change` failed to install or remove, forget those it succeeded on."""
+        for label in change.makes:
+            if error is None:
+                self._broken.pop(label, None)
+            else:
+                switches = {step.spec.switch for step in change.steps if step.spec is not None}
+                self._broken[label] = (error, switches)
+                log.warning("shared path label %d: %s", label, error)
+
     def _reconcile(self, job: Reconcile) -> bool:
         """Reconcile one switch and say so; False once the core is shutting down."""
         try:
@@ -190,6 +235,10 @@ class Provisioner:
         except Exception as exc:  # a switch that cannot be reconciled must not stop the queue
             log.warning("%s: reconciliation failed: %s", job.switch, exc, exc_info=not isinstance(exc, RuntimeError))
             return True
+        for label, (_, switches) in list(self._broken.items()):
+            switches.discard(job.switch)  # it holds the path's entries as the core wants them now
+            if not switches:
+                del self._broken[label]
         log.info("%s: reconciled: %s", job.switch, done.summary())
         if self._reconciled is not None:
             try:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from northbound.auth import MAX_TOKENS, MAX_TOKENS_FILE_BYTES
+from sdn_app.core.installs import FLOW_DESIGNS, LABELS
+from sdn_app.core.labels import parse_label_range
 from sdn_app.core.rerouting.policy import ReroutePolicy
 from sdn_app.core.topology_schema import MAX_DTNS, MAX_LINKS, MAX_SWITCHES, MAX_TOPOLOGY_BYTES
 
@@ -78,6 +80,24 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="how each round of the weighted max-min sharing is solved: filling (its LP's "
                              "closed form, about 3 ms for 1,000 elastic reservations on sc16) or highs (the same "
                              "LP by HiGHS, the same shares, about 70 ms); docs/api.md")
+    parser.add_argument("--flow-design", choices=FLOW_DESIGNS, default=LABELS,
+                        help="how reservations are put on the switches: labels (default: a VLAN label per route "
+                             "direction, shared on the transit switches; a reservation's own entries only at its "
+                             "ingress, so a move is one flow-mod per direction) or per-hop (every reservation's "
+                             "flows on every switch of its path: the design before labels, kept as a baseline)")
+    parser.add_argument("--path-labels", default="2-4094", metavar="FIRST-LAST", type=_label_range,
+                        help="the VLAN ids path labels are taken from (default 2-4094; leave out VLANs the "
+                             "ring's links carry for anything else)")
+    parser.add_argument("--label-grace", default="300s", metavar="DURATION",
+                        help="how long a path nobody uses keeps its label and entries, so a move back costs "
+                             "nothing (default 300s)")
+    parser.add_argument("--max-meters", type=_meters, default=1024, metavar="N",
+                        help="meter ids each switch has (default 1024; OpenFlow meter-features tell a switch's "
+                             "max_meter): each reservation takes one per direction at its ingress switch, so a "
+                             "switch is the ingress of at most N reservation directions")
+    parser.add_argument("--no-bundles", action="store_true",
+                        help="send each switch plain flow-mods and barriers, never OpenFlow bundles (by default "
+                             "a switch that accepts bundles gets each decision's part as one atomic bundle)")
     http = parser.add_mutually_exclusive_group()
     http.add_argument("--listen-http", metavar="HOST:PORT",
                       help="serve the live traffic map, Prometheus /metrics, the SENSE API (/sense/api) and "
@@ -182,6 +202,9 @@ def run_controller(args: argparse.Namespace) -> int:
                               keep_ended=parse_keep_ended(args.keep_ended),
                               hold_timeout=_hold_timeout(args.hold_timeout),
                               share_step=_share_step(args.share_step), share_solver=args.share_solver,
+                              flow_design=args.flow_design, path_labels=args.path_labels,
+                              label_grace=_label_grace(args.label_grace), bundles=not args.no_bundles,
+                              max_meters=args.max_meters,
                               max_streams=args.max_streams,
                               max_streams_per_principal=args.max_streams_per_principal,
                               reroute=reroute_policy(args),
@@ -224,6 +247,38 @@ def _hold_timeout(text: str) -> float:
     seconds = parse_duration(text, "--hold-timeout")
     if not 0 < seconds <= 86400:
         raise InvalidArgument(f"--hold-timeout: above 0 and at most a day, got {text!r}")
+    return seconds
+
+
+def _label_range(text: str) -> tuple[int, int]:
+    """`--path-labels FIRST-LAST`, for argparse (a bad range is a usage error naming it)."""
+    try:
+        return parse_label_range(text)
+    except ValueError as why:
+        raise argparse.ArgumentTypeError(str(why)) from None
+
+
+def _meters(text: str) -> int:
+    """`--max-meters N`, for argparse: a whole number from 1 to 2^32-256 (OpenFlow's meter ids)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+    if not 1 <= value <= 0xFFFF0000:
+        raise argparse.ArgumentTypeError(f"from 1 to {0xFFFF0000} (OpenFlow's meter ids), got {value}")
+    return value
+
+
+def _label_grace(text: str) -> float:
+    """Seconds of `--label-grace`: zero or more, at most a day."""
+    from sdn_app.core.errors import InvalidArgument
+    from sdn_app.core.units import parse_duration
+
+    if re.fullmatch(r"\s*0+(\.0*)?\s*[a-z]*\s*", text):  # no grace: parse_duration takes only positive ones
+        return 0.0
+    seconds = parse_duration(text, "--label-grace")
+    if not 0 <= seconds <= 86400:
+        raise InvalidArgument(f"--label-grace: from 0 to a day, got {text!r}")
     return seconds
 
 

@@ -1,4 +1,4 @@
-"""`tsdn path request|list|show|modify|release|commit|abort|provision|unprovision|watch|availability`:
+"""`tsdn path request|batch|list|show|modify|release|commit|abort|provision|unprovision|watch|availability`:
 reservations on a controller."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sdn_app.core.units import (
     parse_size,
     parse_time,
 )
-from tsdn.cli.request_args import add_request_arguments, request_from_args
+from tsdn.cli.request_args import add_request_arguments, read_batch_file, request_from_args
 from tsdn.output import EXIT_BAD_INPUT, EXIT_REFUSED, fail, print_json, table
 
 EXIT_AUTH = 3
@@ -60,6 +60,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     request.add_argument("--no-wait", action="store_true",
                          help="return at once instead of waiting until the switches confirm (ACTIVE) or refuse")
     _client_options(request, run_request)
+
+    batch = sub.add_parser("batch", help="reserve a campaign: every request of a YAML or JSON file in one call")
+    batch.add_argument("file", metavar="FILE",
+                       help="a list of up to 1,000 requests, each a mapping of src, dst, bandwidth and the options of "
+                            "`tsdn path request` by name (start, end or duration, policy, include, exclude, max_hops, "
+                            "protect, labels, request_id, hold, manual_provision, priority, ceiling, src_prefix, "
+                            "dst_prefix)")
+    batch.add_argument("--all-or-nothing", action="store_true",
+                       help="book every request or none (one refused: nothing is booked)")
+    batch.add_argument("--validate-only", action="store_true", help="check admission, book nothing")
+    batch.add_argument("--no-wait", action="store_true",
+                       help="answer once admitted instead of waiting until the switches confirm (ACTIVE) or refuse")
+    batch.add_argument("--wait-timeout", type=float, default=30.0, metavar="S",
+                       help="the longest wait for the switches (default 30, at most 300)")
+    _client_options(batch, run_batch)
 
     listing = sub.add_parser("list", help="list reservations (newest first)")
     listing.add_argument("--state", choices=STATES, help="only this state")
@@ -258,6 +273,49 @@ def run_request(args: argparse.Namespace, client) -> int:
         reservation = _settled(client, reservation, args.timeout)
     _print_reservation(reservation, args)
     return EXIT_REFUSED if reservation.state == pb.FAILED else 0
+
+
+def run_batch(args: argparse.Namespace, client) -> int:
+    """`tsdn path batch FILE [--all-or-nothing] [--validate-only] [--no-wait]`: one line per request
+    and a summary; exit 1 when any request was refused or its install failed."""
+    from northbound.client import reservation_request
+    from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
+
+    if not 0 < args.wait_timeout <= 300:
+        raise InvalidArgument(f"--wait-timeout: above 0 and at most 300 seconds, got {args.wait_timeout:g}")
+    requests = []
+    for entry, request, ceiling in read_batch_file(args.file, SystemClock().now()):
+        # "now" and durations go as such, so a rerun with the same request_ids is recognised as a retry.
+        requests.append(reservation_request(
+            request.src, request.dst, request.bandwidth, start=None if entry.start == "now" else request.start,
+            end=None if math.isinf(request.end) or entry.duration is not None else request.end,
+            duration=request.end - request.start if entry.duration is not None else None, policy=request.policy,
+            include=request.include, exclude=request.exclude, max_hops=request.max_hops, protect=request.protect,
+            labels=entry.labels, request_id=entry.request_id, hold=entry.hold,
+            manual_provision=entry.manual_provision, priority=entry.priority,
+            ceiling_bps=ceiling,
+            src_prefix=entry.src_prefix or "", dst_prefix=entry.dst_prefix or ""))
+    response = client.create_reservations(requests, all_or_nothing=args.all_or_nothing,
+                                          validate_only=args.validate_only, no_wait=args.no_wait,
+                                          wait_timeout=args.wait_timeout)
+    failed = sum(1 for r in response.results if r.HasField("reservation") and r.reservation.state == pb.FAILED)
+    if args.json:
+        print_json(_as_dict(response))
+    else:
+        for index, result in enumerate(response.results):
+            if result.HasField("error"):
+                print(f"[{index}] refused {result.error.code}: {result.error.message}")
+                continue
+            r = result.reservation
+            print(f"[{index}] {r.name or '(validate_only)'}  {pb.ReservationState.Name(r.state)}  "
+                  f"{r.source_dtn} -> {r.destination_dtn} {format_bandwidth(r.bandwidth_bps)}"
+                  + (f"  {r.state_reason}" if r.state == pb.FAILED else ""))
+        print(f"{len(response.results)} requests: {response.admitted} admitted"
+              + (" (validate_only: nothing booked)" if args.validate_only else "")
+              + f", {response.refused} refused" + (f", {failed} failed to install" if failed else "")
+              + (f", {response.installing} still installing (`tsdn path watch` follows them)"
+                 if response.installing else ""))
+    return EXIT_REFUSED if response.refused or failed else 0
 
 
 def _settled(client, reservation, timeout: float):

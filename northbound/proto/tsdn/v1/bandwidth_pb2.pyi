@@ -400,6 +400,48 @@ class CreateReservationRequest(_message.Message):
     dst_prefix: str
     def __init__(self, source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., validate_only: _Optional[bool] = ..., hold: _Optional[bool] = ..., manual_provision: _Optional[bool] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ..., src_prefix: _Optional[str] = ..., dst_prefix: _Optional[str] = ...) -> None: ...
 
+class CreateReservationsRequest(_message.Message):
+    __slots__ = ("requests", "all_or_nothing", "validate_only", "no_wait", "wait_timeout")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    ALL_OR_NOTHING_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    NO_WAIT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[CreateReservationRequest]
+    all_or_nothing: bool
+    validate_only: bool
+    no_wait: bool
+    wait_timeout: _duration_pb2.Duration
+    def __init__(self, requests: _Optional[_Iterable[_Union[CreateReservationRequest, _Mapping]]] = ..., all_or_nothing: _Optional[bool] = ..., validate_only: _Optional[bool] = ..., no_wait: _Optional[bool] = ..., wait_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ItemError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ItemResult(_message.Message):
+    __slots__ = ("reservation", "error")
+    RESERVATION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    reservation: Reservation
+    error: ItemError
+    def __init__(self, reservation: _Optional[_Union[Reservation, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
+
+class CreateReservationsResponse(_message.Message):
+    __slots__ = ("results", "admitted", "refused", "installing")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    INSTALLING_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ItemResult]
+    admitted: int
+    refused: int
+    installing: int
+    def __init__(self, results: _Optional[_Iterable[_Union[ItemResult, _Mapping]]] = ..., admitted: _Optional[int] = ..., refused: _Optional[int] = ..., installing: _Optional[int] = ...) -> None: ...
+
 class GetReservationRequest(_message.Message):
     __slots__ = ("name",)
     NAME_FIELD_NUMBER: _ClassVar[int]

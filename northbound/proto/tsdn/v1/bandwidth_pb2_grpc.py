@@ -39,6 +39,11 @@ class BandwidthServiceStub:
                 request_serializer=tsdn_dot_v1_dot_bandwidth__pb2.CreateReservationRequest.SerializeToString,
                 response_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
                 _registered_method=True)
+        self.CreateReservations = channel.unary_unary(
+                '/tsdn.v1.BandwidthService/CreateReservations',
+                request_serializer=tsdn_dot_v1_dot_bandwidth__pb2.CreateReservationsRequest.SerializeToString,
+                response_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.CreateReservationsResponse.FromString,
+                _registered_method=True)
         self.GetReservation = channel.unary_unary(
                 '/tsdn.v1.BandwidthService/GetReservation',
                 request_serializer=tsdn_dot_v1_dot_bandwidth__pb2.GetReservationRequest.SerializeToString,
@@ -97,6 +102,16 @@ class BandwidthServiceServicer:
     def CreateReservation(self, request, context):
         """Admits a bandwidth reservation between two DTNs on a path that has the bandwidth
         throughout the window, or refuses it saying why. Idempotent per (caller, request_id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateReservations(self, request, context):
+        """A campaign: up to 1,000 reservations in one call, each admitted or refused on its own, in
+        order (later ones see the capacity earlier ones took), or all or none (`all_or_nothing`).
+        Answers once every admitted one has left PROVISIONING (ACTIVE, or FAILED saying why) or
+        `wait_timeout` passed, or at once with `no_wait`. Idempotent per request's request_id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -181,6 +196,11 @@ def add_BandwidthServiceServicer_to_server(servicer, server):
                     request_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.CreateReservationRequest.FromString,
                     response_serializer=tsdn_dot_v1_dot_bandwidth__pb2.Reservation.SerializeToString,
             ),
+            'CreateReservations': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateReservations,
+                    request_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.CreateReservationsRequest.FromString,
+                    response_serializer=tsdn_dot_v1_dot_bandwidth__pb2.CreateReservationsResponse.SerializeToString,
+            ),
             'GetReservation': grpc.unary_unary_rpc_method_handler(
                     servicer.GetReservation,
                     request_deserializer=tsdn_dot_v1_dot_bandwidth__pb2.GetReservationRequest.FromString,
@@ -259,6 +279,33 @@ class BandwidthService:
             '/tsdn.v1.BandwidthService/CreateReservation',
             tsdn_dot_v1_dot_bandwidth__pb2.CreateReservationRequest.SerializeToString,
             tsdn_dot_v1_dot_bandwidth__pb2.Reservation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateReservations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tsdn.v1.BandwidthService/CreateReservations',
+            tsdn_dot_v1_dot_bandwidth__pb2.CreateReservationsRequest.SerializeToString,
+            tsdn_dot_v1_dot_bandwidth__pb2.CreateReservationsResponse.FromString,
             options,
             channel_credentials,
             insecure,
