@@ -204,8 +204,9 @@ def test_the_provisioner_applies_paths_first_and_fails_what_relies_on_a_path_tha
     provisioner.start()
     assert done.wait(10)
     provisioner.stop()
-    # batch 1: the two paths; batch 2: both reservations together, unsent (their paths failed on s2)
-    assert [len(b) for b in fabric.batches] == [2]
+    # one batch: the paths (one phase each) and the reservations (two phases) that need them; the paths
+    # fail on s2, so the reservations fail too, with the path's reason, though their own entries went in
+    assert [len(b) for b in fabric.batches] == [4]
     assert all(error and "not installed: switch s2 refused" in error for _, error, _ in reports[:2])
     for rid, _, token in reports[:2]:
         env.book.provisioned(rid, "path failed", token)
@@ -241,3 +242,21 @@ def test_a_switch_out_of_meter_ids_refuses_before_booking_and_a_starting_window_
     assert len(env.ledger) == 1
     confirm(env)
     assert delivered(env.tables, "dtn1", "dtn4")[0] is None and delivered(env.tables, "dtn1", "dtn3")[0] == "dtn3"
+
+
+def test_a_move_onto_a_new_path_waits_for_the_batch_after_the_paths(env):
+    r = active(env)
+    env.book.modify(RUCIO, r.name, path=PathChoice(exclude=("s2",)))
+    changes = env.book.take_changes()
+    assert [c.reservation_id.startswith("path-") for c in changes] == [True, True, False]
+    reports, done = [], threading.Event()
+    fabric = _Fabric(env.tables)
+    provisioner = Provisioner(fabric, lambda r: (reports.extend(r), done.set()))
+    provisioner.submit(changes)
+    provisioner.start()
+    assert done.wait(10)
+    provisioner.stop()
+    # the move is one round (its steer entries): it may not share a round with the entries it moves onto
+    assert [len(b) for b in fabric.batches] == [2, 1] and reports[0][1] is None
+    env.book.provisioned(r.id, None, reports[0][2])
+    assert delivered(env.tables, "dtn1", "dtn3")[1] == ("s1", "s8", "s7", "s6", "s5", "s4", "s3")

@@ -167,8 +167,18 @@ def check_phases(steps: list[Step]) -> None:
     waves: list[int] = []
     for phase in barrier_phases(steps):
         kinds = {phase_of(s) for s in phase}
-        assert len(kinds) == 1, f"one barrier group mixes phases: {[s.describe() for s in phase]}"
-        order.append(kinds.pop())
+        if kinds == {0, 1}:  # meters and groups with new flows: only flows that use none of them
+            prepared = {(s.spec.switch, s.kind, getattr(s.spec, "group_id", None) or getattr(s.spec, "meter_id", None))
+                        for s in phase if phase_of(s) == 0}
+            assert all(s.kind is StepKind.ADD_FLOW for s in phase if phase_of(s) == 1)
+            assert not any((s.spec.switch, StepKind.ADD_GROUP, s.spec.group_id) in prepared
+                           or (s.spec.switch, StepKind.ADD_METER, s.spec.meter_id) in prepared
+                           for s in phase if phase_of(s) == 1), "a flow shares a barrier group with what it uses"
+            order.append(1)
+            phase = [s for s in phase if phase_of(s) == 1]
+        else:
+            assert len(kinds) == 1, f"one barrier group mixes phases: {[s.describe() for s in phase]}"
+            order.append(kinds.pop())
         stages = [s.spec.stage for s in phase if isinstance(s.spec, FlowSpec)]
         if order[-1] == 1 and phase[0].kind is StepKind.ADD_FLOW:
             assert stages == sorted(stages), "flows are not added downstream first"

@@ -80,7 +80,8 @@ the ids of the plans the core recomputes or stored.
 Steps (`plan_steps`), each phase closed by a BARRIER on the switches it touched:
 1. add new meters (and modify meters whose rate changed), add new groups;
 2. add flows with new keys, except the ingress flows, downstream first: nothing in use yet
-   matches a new key, so these change no traffic;
+   matches a new key, so these change no traffic (in phase 1 when none of them uses a meter or
+   group added there);
 3. modify flows whose key is in use (same switch, in-port, addresses; new action), except
    the ingress flows, in waves by `stage` (distance from the egress along the flow's
    dependencies), a barrier after each wave: when a flow changes, everything downstream of
@@ -816,7 +817,14 @@ def plan_steps(old: FlowPlan | None, new: FlowPlan | None) -> list[Step]:
     release = [_step(StepKind.DELETE_GROUP, g) for k, g in old_groups.items() if k not in new_groups]
     release += [_step(StepKind.DELETE_METER, m) for k, m in old_meters.items() if k not in new_meters]
 
-    phases = [prepare, [_step(StepKind.ADD_FLOW, f) for f in downstream_first]]
+    added_flows = [_step(StepKind.ADD_FLOW, f) for f in downstream_first]
+    preparing = {(s.spec.switch, s.kind, getattr(s.spec, "group_id", None) or getattr(s.spec, "meter_id", None))
+                 for s in prepare}
+    if any((f.switch, StepKind.ADD_GROUP, f.group_id) in preparing
+           or (f.switch, StepKind.ADD_METER, f.meter_id) in preparing for f in downstream_first):
+        phases = [prepare, added_flows]
+    else:  # the new flows use nothing prepared here: one phase, one barrier round less
+        phases = [prepare + added_flows]
     phases += [waves[stage] for stage in sorted(waves)]
     phases += [ingress, cleanup, release]
     steps: list[Step] = []

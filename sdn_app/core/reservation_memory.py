@@ -12,6 +12,7 @@ import collections
 import heapq
 import math
 
+from sdn_app.core.prefix_index import PrefixIndex
 from sdn_app.core.reservation import HistoryEntry, Reservation, State
 
 EVICTION_INTERVAL = 1.0  # seconds at least between sweeps of ended reservations out of memory (batched)
@@ -30,6 +31,7 @@ class Memory:
         self.elastic: set[str] = set()  # live elastic ones: what a re-solve of the shares looks at
         self.scheduled: set[str] = set()  # live ones with a deadline schedule: their steps follow the clock
         self.prefixed: set[str] = set()  # live ones with IPv6 prefixes: what a new one's prefixes must keep apart from
+        self._prefixes = PrefixIndex()  # the same, by the /48s of their prefixes
         self._by_request: dict[tuple[str, str], str] = {}
         self._by_pair: dict[tuple[str, str], set[str]] = {}  # (src, dst) -> live reservations
         self._deadlines: list[tuple[float, str]] = []  # heap of (window start or end, id); stale entries skipped
@@ -70,6 +72,11 @@ class Memory:
                 index.add(reservation.id)
             else:
                 index.discard(reservation.id)
+        q = reservation.request
+        if reservation.id in self.prefixed and q.src_prefix is not None and q.dst_prefix is not None:
+            self._prefixes.add(reservation.id, (q.src_prefix, q.dst_prefix))
+        else:
+            self._prefixes.discard(reservation.id)
         if reservation.request_id:
             self._by_request[(reservation.owner, reservation.request_id)] = reservation.id
 
@@ -92,9 +99,11 @@ class Memory:
         """The live reservations from `src` to `dst`."""
         return [self.live[i] for i in self._by_pair.get((src, dst), ())]
 
-    def with_prefixes(self) -> list[Reservation]:
-        """The live reservations whose traffic is named by IPv6 prefixes."""
-        return [self.live[i] for i in self.prefixed]
+    def with_prefixes(self, near: tuple[str, str] | None = None) -> list[Reservation]:
+        """The live reservations whose traffic is named by IPv6 prefixes; with `near`, only those
+        with a prefix that may overlap one of these (`PrefixIndex.candidates`)."""
+        ids = self.prefixed if near is None else self._prefixes.candidates(near)
+        return [self.live[i] for i in ids]
 
     def sweep(self, now: float) -> None:
         """Forget the ended reservations whose time in memory is up."""

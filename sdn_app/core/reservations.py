@@ -61,6 +61,7 @@ from sdn_app.core.ledger_repair import LedgerRepair
 from sdn_app.core.link_repair import LinkRepair
 from sdn_app.core.paths import PathFinder, PathRequest, Route
 from sdn_app.core.plans import COOKIE_ID_MASK, DEFAULT_MAX_METER_ID, SwitchPlan, clash, is_path_cookie_bits
+from sdn_app.core.prefix_index import PrefixIndex
 from sdn_app.core.rerouting.advisor import Health, RateAdvisor
 from sdn_app.core.rerouting.congestion import Condition
 from sdn_app.core.rerouting.rerouter import Fleet, Rerouter
@@ -531,7 +532,8 @@ class ReservationBook:
         if request.src_prefix is None:
             others = [r for r in self._memory.on_pair(request.src, request.dst) if r.request.src_prefix is None]
         else:
-            others = self._memory.with_prefixes()
+            assert request.dst_prefix is not None
+            others = self._memory.with_prefixes(near=(request.src_prefix, request.dst_prefix))
         near = [r for r in others if r.id != ignore and r.request.start < request.end
                 and request.start < r.request.end and may_clash(r.request)]
         for other in sorted(near, key=lambda r: (r.created, r.id)):
@@ -1067,20 +1069,23 @@ class _BatchSoFar:
 
     def __init__(self) -> None:
         self._on_pair: dict[tuple[str, str], list[tuple[int, PathRequest]]] = {}
-        self._prefixed: list[tuple[int, PathRequest]] = []
+        self._prefixed: dict[int, PathRequest] = {}
+        self._prefixes = PrefixIndex()
 
     def add(self, index: int, request: PathRequest) -> None:
         """Item `index` of the batch was admitted in the trial as `request`."""
-        if request.src_prefix is None:
+        if request.src_prefix is None or request.dst_prefix is None:
             self._on_pair.setdefault((request.src, request.dst), []).append((index, request))
         else:
-            self._prefixed.append((index, request))
+            self._prefixed[index] = request
+            self._prefixes.add(index, (request.src_prefix, request.dst_prefix))
 
     def candidates(self, request: PathRequest) -> list[tuple[int, PathRequest]]:
         """(index, request) of the admitted ones whose flows `request`'s could collide with."""
-        if request.src_prefix is None:
+        if request.src_prefix is None or request.dst_prefix is None:
             return self._on_pair.get((request.src, request.dst), [])
-        return self._prefixed
+        near = self._prefixes.candidates((request.src_prefix, request.dst_prefix))
+        return sorted((index, self._prefixed[index]) for index in near)  # type: ignore[index]
 
 
 def _clash_filter(new: PathRequest) -> Callable[[PathRequest], bool]:

@@ -12,6 +12,7 @@ a short, printable excerpt of what was sent.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import re
@@ -163,6 +164,13 @@ def prefix_pair(src: object, dst: object) -> tuple[str, str] | tuple[None, None]
     if src is None or dst is None:
         given, missing = ("dst_prefix", "src_prefix") if src is None else ("src_prefix", "dst_prefix")
         raise InvalidArgument(f"{missing}: required with {given}; give both prefixes or neither")
+    if isinstance(src, str) and isinstance(dst, str):
+        return _checked_pair(src, dst)
+    return _checked_pair.__wrapped__(src, dst)  # a non-text value: the checks name it
+
+
+@functools.lru_cache(maxsize=1 << 14)  # a request's prefixes are checked at each step of its way: parse them once
+def _checked_pair(src: object, dst: object) -> tuple[str, str]:
     source, target = ipv6_prefix(src, "src_prefix"), ipv6_prefix(dst, "dst_prefix")
     if ipaddress.IPv6Network(source).overlaps(ipaddress.IPv6Network(target)):
         raise InvalidArgument(f"dst_prefix: {target} overlaps src_prefix {source}; each end needs a prefix of "

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sdn_app.core.plans import Step, SwitchPlan
+from sdn_app.core.plans import Step, StepKind, SwitchPlan
 from sdn_app.core.reservation import Change
 from sdn_app.core.reservations import ReservationBook
 from sdn_app.worker import CoreWorker, Ticker
@@ -63,18 +63,28 @@ _NOTHING = object()
 @dataclass
 class _Touched:
     """What changes write (their reservation, every entry their steps name, the paths they
-    install or remove) and read (the paths they rely on)."""
+    install or remove) and read (the paths they rely on); `early`: the paths among the writes
+    that a change of one phase installs (applied in the first barrier round of a batch)."""
 
     writes: set[tuple]
     reads: set[tuple]
+    early: set[tuple]
+    phases: int = 0
 
-    def clashes(self, other: _Touched) -> bool:
-        """Whether the two must be applied one after the other."""
-        return bool(self.writes & (other.writes | other.reads) or self.reads & other.writes)
+    def clashes(self, other: _Touched, same_batch: bool = False) -> bool:
+        """Whether the two must be applied one after the other (`other` earlier). In one batch
+        (`same_batch`) a change whose last phase is its second or later may rely on a path
+        `other` installs in its first round: `apply_many` applies phase i of every change in
+        round i, so that path's entries are confirmed before this change's traffic starts."""
+        if self.writes & (other.writes | other.reads):
+            return True
+        relied = self.reads & other.writes
+        return bool(relied) and not (same_batch and self.phases >= 2 and relied <= other.early)
 
     def add(self, other: _Touched) -> None:
         self.writes |= other.writes
         self.reads |= other.reads
+        self.early |= other.early
 
 
 def _touches(change: Change) -> _Touched:
@@ -83,8 +93,10 @@ def _touches(change: Change) -> _Touched:
     for step in change.steps:
         if step.spec is not None:
             writes.add((type(step.spec).__name__, step.spec.key))
-    writes |= {("path", label) for label in change.makes}
-    return _Touched(writes, {("path", label) for label in change.needs})
+    made = {("path", label) for label in change.makes}
+    phases = sum(1 for step in change.steps if step.kind is StepKind.BARRIER)
+    return _Touched(writes | made, {("path", label) for label in change.needs}, made if phases == 1 else set(),
+                    phases)
 
 
 class Provisioner:
@@ -97,10 +109,12 @@ class Provisioner:
     batch touches (same reservation, or the same flow key, meter or group id on a switch: a
     meter id freed by one release and taken by the next install) waits for the next batch,
     and so does every later change touching what it touches. A change that relies on a shared
-    path (`Change.needs`) waits for the change installing it (`Change.makes`), but changes
-    relying on the same path go together. When a path's change failed, the changes relying on
-    it fail with its reason, unsent, until a change of that path succeeds or every switch it
-    failed on was reconciled. A reconciliation job runs alone, after everything queued before
+    path (`Change.needs`) waits for the change installing it (`Change.makes`), unless that
+    change has one phase and this one more (see `_Touched.clashes`); changes relying on the same
+    path go together. When a path's change failed, the changes relying on it fail with its
+    reason (unsent in later batches; in its own batch, their flows were sent and the core
+    removes them), until a change of that path succeeds or every switch it failed on was
+    reconciled. A reconciliation job runs alone, after everything queued before
     it and before everything queued after it.
     """
 
@@ -160,7 +174,7 @@ class Provisioner:
         assert isinstance(first, Change)
         batch, claimed = [first], _touches(first)
         later: list[Change | Reconcile | None] = []
-        blocked = _Touched(set(), set())
+        blocked = _Touched(set(), set(), set())
         while len(batch) < self.max_batch:
             item = self._take(block=False)
             if item is _NOTHING:
@@ -170,7 +184,7 @@ class Provisioner:
                 break
             assert isinstance(item, Change)
             touched = _touches(item)
-            if touched.clashes(claimed) or touched.clashes(blocked):
+            if touched.clashes(claimed, same_batch=True) or touched.clashes(blocked):
                 later.append(item)
                 blocked.add(touched)
             else:
@@ -196,6 +210,8 @@ class Provisioner:
         errors = [why if why is not None else next(applied) for why in unsent]
         for change, error in zip(batch, errors, strict=True):
             self._note_paths(change, error)
+        errors = [error if error is not None else self._path_broken(change) for change, error in zip(batch, errors,
+                                                                                                      strict=True)]
         reports: list[Report] = []
         for change, error in zip(batch, errors, strict=True):
             if change.confirm:
