@@ -31,7 +31,9 @@ in the Mininet nodes) is inside the measurement.
 
 Both flow designs are measured, each with its own controller and network: label-switched paths
 (`--flow-design labels`, the default; the keys without a prefix) and every reservation's flows on
-every hop (`--flow-design per-hop`, the design before labels: `per_hop_*`). The controllers keep
+every hop (`--flow-design per-hop`, the design before labels: `per_hop_*`); and labels again with
+`--no-bundles` (plain flow-mods and barriers instead of OpenFlow bundles: `no_bundles_*`). The
+controllers keep
 unused paths for the default grace, as at a show: once both routes of reroute_1 were used, a move
 between them is one steer entry per direction at the ingress. `flow_mods_per_move` counts the
 messages of each moved reservation's own change (the core's, as the provisioner sends them);
@@ -87,6 +89,9 @@ PRINCIPAL = "bench"
 TOKEN = "bench-token-" + "0123456789abcdef" * 2
 TARGETS = {"reroute_100_p50_ms": 50, "ff_gap_ms": 10, "flow_mods_per_direction": 1}
 DESIGNS = (LABELS, PER_HOP)  # the design measured, then the baseline
+NO_BUNDLES = "labels-no-bundles"  # labels again, with flow-mods and barriers instead of OpenFlow bundles
+RUNS = {LABELS: ("--flow-design", LABELS), PER_HOP: ("--flow-design", PER_HOP),
+        NO_BUNDLES: ("--flow-design", LABELS, "--no-bundles")}
 CONNECT_TIMEOUT = 60.0
 EVENT_TIMEOUT = 30.0
 FF_PAIR = ("caltech-a-dtn1", "starlight-dtn1")
@@ -418,12 +423,12 @@ def ff_gap(bench: Bench, rounds: int, workdir: Path, scale: float) -> list[FfRou
 def measured(design: str, topology: Topology, rounds: Rounds, workdir: Path,
              scale: float) -> tuple[list[float], list[float], list[float], list[FfRound]]:
     """reroute_1, reroute_100 (each reservation's and each round's last) and the fast-failover
-    rounds on sc16 in Mininet under a controller with `--flow-design design`."""
+    rounds on sc16 in Mininet under a controller with the arguments of `RUNS[design]`."""
     from topologies.mininet_builder import start_network
 
     port = free_port()
     controller = ControllerProcess(workdir / f"controller-{design}", ("127.0.0.1", port), scale,
-                                   principal=PRINCIPAL, token=TOKEN, extra=("--flow-design", design))
+                                   principal=PRINCIPAL, token=TOKEN, extra=RUNS[design])
     try:
         address = controller.start()
         with start_network(TOPOLOGY, scale, controller=("127.0.0.1", port)) as net:
@@ -483,7 +488,7 @@ def run(quick: bool = False) -> dict:
             f"moves them in {core[LABELS].seconds * 1000:.1f} ms with labels ({core[LABELS].flow_mods_per_move:g} "
             f"flow-mods per move, {core[LABELS].path_messages} entries of new paths for all of them), "
             f"{core[PER_HOP].seconds * 1000:.1f} ms per-hop ({core[PER_HOP].flow_mods_per_move:g} per move)")
-        runs = {design: measured(design, topology, rounds, workdir, scale) for design in DESIGNS}
+        runs = {name: measured(name, topology, rounds, workdir, scale) for name in RUNS}
     single, hundred, last, ff = runs[LABELS]
     result = {
         "bench": "reroute",
@@ -515,6 +520,10 @@ def run(quick: bool = False) -> dict:
         "per_hop_reroute_100_last_ms": percentile_ms(runs[PER_HOP][2], 1.0),
         "per_hop_ff_gap_ms": round(max(r.gap_s for r in runs[PER_HOP][3]) * 1000, 3),
         "per_hop_flow_mods_per_move": round(core[PER_HOP].flow_mods_per_move, 2),
+        "no_bundles_reroute_1_p50_ms": percentile_ms(runs[NO_BUNDLES][0], 0.5),
+        "no_bundles_reroute_100_p50_ms": percentile_ms(runs[NO_BUNDLES][1], 0.5),
+        "no_bundles_reroute_100_p99_ms": percentile_ms(runs[NO_BUNDLES][1], 0.99),
+        "no_bundles_ff_gap_ms": round(max(r.gap_s for r in runs[NO_BUNDLES][3]) * 1000, 3),
         "core_only_reroute_100_ms": round(core[LABELS].seconds * 1000, 3),
         "per_hop_core_only_reroute_100_ms": round(core[PER_HOP].seconds * 1000, 3),
         "targets": TARGETS,

@@ -30,8 +30,10 @@ same time gets its own ordered pair, drawn from the pairs shuffled with the seed
 --sequential beyond the number of pairs is cut to it the same way.
 
 The Mininet phases run twice, each on a fresh network and controller: with label-switched paths
-(`--flow-design labels`, the default: the keys without a prefix) and with every reservation's
-flows on every hop (`--flow-design per-hop`, the design before labels: the `per_hop_*` keys).
+(`--flow-design labels`, the default: the keys without a prefix), with every reservation's
+flows on every hop (`--flow-design per-hop`, the design before labels: the `per_hop_*` keys), and
+with labels but plain flow-mods and barriers instead of OpenFlow bundles (`--no-bundles`: the
+`no_bundles_*` keys).
 Both controllers run with `--label-grace 0s`, so the entries of a released phase are gone before
 the next and every phase pays for installing its paths (the worst case for labels).
 
@@ -90,7 +92,9 @@ CONNECT_TIMEOUT = 60.0
 SETUP_TIMEOUT = 30.0
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 FINAL = (pb.ACTIVE, pb.FAILED)
-DESIGNS = ("labels", "per-hop")  # the design measured, then the baseline
+DESIGNS = ("labels", "per-hop", "labels-no-bundles")  # the design measured, then the baselines
+RUNS = {"labels": ("--flow-design", "labels"), "per-hop": ("--flow-design", "per-hop"),
+        "labels-no-bundles": ("--flow-design", "labels", "--no-bundles")}
 
 
 @dataclass(frozen=True)
@@ -610,7 +614,7 @@ def run(quick: bool = False, sequential: int | None = None, batch: int | None = 
         switched = {design: switched_run(design, topology, workdir, scale, dtns, sizes, clients, seed, cpu)
                     for design in DESIGNS}
     return result_of(sizes, clients, scale, topology, base, switched[DESIGNS[0]], cpu, facts, quick,
-                     switched[DESIGNS[1]])
+                     switched[DESIGNS[1]], switched[DESIGNS[2]])
 
 
 def switched_run(design: str, topology: Topology, workdir: Path, scale: float, dtns: list[str], sizes: Sizes,
@@ -622,7 +626,7 @@ def switched_run(design: str, topology: Topology, workdir: Path, scale: float, d
 
     port = free_port()
     controller = ControllerProcess(workdir / f"openflow-{design}", ("127.0.0.1", port), scale, principal=PRINCIPAL,
-                                   token=TOKEN, extra=("--flow-design", design, "--label-grace", "0s"))
+                                   token=TOKEN, extra=(*RUNS[design], "--label-grace", "0s"))
     started_network = False
     try:
         address = controller.start()
@@ -713,7 +717,7 @@ def _round(value: float | None) -> float | None:
 
 
 def result_of(sizes: Sizes, clients: int, scale: float, topology: Topology, base: RunOf, switched: RunOf,
-              cpu: dict, facts: dict, quick: bool, per_hop: RunOf) -> dict:
+              cpu: dict, facts: dict, quick: bool, per_hop: RunOf, no_bundles: RunOf) -> dict:
     seq, bat = switched.sequential, switched.batch
     seq_release, bat_release = switched.sequential_release, switched.batch_release
     setup = latency_summary(seq.setup())
@@ -764,6 +768,9 @@ def result_of(sizes: Sizes, clients: int, scale: float, topology: Topology, base
         "campaign": _campaign_facts(switched.campaign),
         "per_hop_campaign_1000_s": _campaign_1000(per_hop.campaign),
         "per_hop_campaign": _campaign_facts(per_hop.campaign),
+        "no_bundles_p50_ms": latency_summary(no_bundles.sequential.setup())["p50_ms"],
+        "no_bundles_p99_ms": latency_summary(no_bundles.sequential.setup())["p99_ms"],
+        "no_bundles_campaign_1000_s": _campaign_1000(no_bundles.campaign),
         "flow_design": DESIGNS[0],
         "per_hop_p50_ms": latency_summary(per_hop.sequential.setup())["p50_ms"],
         "per_hop_p99_ms": latency_summary(per_hop.sequential.setup())["p99_ms"],
@@ -811,6 +818,8 @@ def result_of(sizes: Sizes, clients: int, scale: float, topology: Topology, base
         f"{result['flows_gone_after_release_s']} s after that; of the {bat_release.count} batch: "
         f"{result['batch_release_s']} s, flows gone {result['batch_flows_gone_after_release_s']} s after; "
         f"left at the end: {result['flows_left_after_release']}; release failures {result['release_failures']}")
+    say(f"  labels without bundles: p50 {result['no_bundles_p50_ms']} ms, p99 {result['no_bundles_p99_ms']} ms, "
+        f"campaign of 1,000 {result['no_bundles_campaign_1000_s']} s")
     for name, facts_of in (("labels", result["campaign"]), ("per-hop", result["per_hop_campaign"])):
         if facts_of is not None:
             say(f"campaign ({name}): {facts_of['count']} reservations in one CreateReservations call, answered with "

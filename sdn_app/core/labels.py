@@ -92,10 +92,6 @@ class PathTable:
         """The keys `owner` uses now."""
         return frozenset(self._uses.get(owner, ()))
 
-    def users(self, key: PathKey) -> frozenset[str]:
-        """Who uses `key` now."""
-        return frozenset(self._users.get(key, ()))
-
     def use(self, owner: str, key: PathKey, now: float) -> PathUse:
         """Take a reference on `key` for `owner`; its label (and ingress group when protected)."""
         label = self._label.get(key)
