@@ -1,8 +1,10 @@
 """A reservation book on ring8 that controls switches, with simulated flow tables to apply its
-changes to: the setting of the provisioning, reroute and provisioner tests."""
+changes to: the setting of the provisioning, reroute and provisioner tests; and `TablesFabric`,
+simulated switches behind the provisioner."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,11 +12,13 @@ from sdn_app.core.clock import FakeClock
 from sdn_app.core.installs import FLOW_DESIGNS, LABELS
 from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import PathRequest
+from sdn_app.core.plans import SwitchPlan
+from sdn_app.core.reconcile import Reconciliation, reconcile
 from sdn_app.core.reservation import Change, Principal, Reservation, Role, State
 from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.core.utilization import DirectionLoad
-from tests.flowtable import FlowTables
+from tests.flowtable import FlowTables, TableError
 from topologies import builtin_topology
 
 G = 10**9
@@ -81,3 +85,64 @@ def measured_loads(topology: Topology, measured: dict[str, float]) -> dict[str, 
 
 
 DESIGNS = FLOW_DESIGNS  # for tests parametrized over both flow designs
+
+
+class TablesFabric:
+    """The switches as the provisioner and the controller see them: simulated flow tables
+    (`tables`) that apply each change, or refuse it: every change with the reason `refuse`, or
+    each change touching switch `refuse_switch`. While `gate` is clear every batch waits for it;
+    `entered` is set when a batch reaches the switches; `batches` records them."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self.tables = FlowTables(topology)
+        self.on_switch_connected = None
+        self.link_listener = None
+        self.batches: list[list[tuple]] = []
+        self.reconciled: list[tuple[str, SwitchPlan]] = []
+        self.connected: set[str] = set(topology.switches)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.refuse: str | None = None
+        self.refuse_switch: str | None = None
+        self.lock = threading.Lock()
+
+    def apply_many(self, changes, timeout: float = 5.0) -> list[str | None]:
+        """Apply each change to the tables in turn; per change, None or why it was refused."""
+        self.entered.set()
+        self.gate.wait(10)
+        with self.lock:
+            self.batches.append([tuple(c) for c in changes])
+            results: list[str | None] = []
+            for steps in changes:
+                if self.refuse is not None:
+                    results.append(self.refuse)
+                elif self.refuse_switch is not None and any(
+                        s.spec is not None and s.spec.switch == self.refuse_switch for s in steps):
+                    results.append(f"switch {self.refuse_switch} refused a flow")
+                else:
+                    try:
+                        self.tables.apply_all(steps)
+                        results.append(None)
+                    except TableError as refused:
+                        results.append(str(refused))
+            return results
+
+    def reconcile(self, switch: str, expected: SwitchPlan, timeout: float = 5.0) -> Reconciliation:
+        """Make the switch's simulated tables hold `expected`."""
+        with self.lock:
+            t = self.tables.tables[switch]
+            held = SwitchPlan(tuple(t.flows.values()), tuple(t.meters.values()), tuple(t.groups.values()))
+            done = reconcile(switch, expected, held)
+            self.tables.apply_all(done.steps)
+            self.reconciled.append((switch, expected))
+            return done
+
+    def connected_switches(self) -> set[str]:
+        """The switches connected (`connected`, all by default)."""
+        return set(self.connected)
+
+    def utilization(self) -> dict:
+        """No measured load."""
+        return {}

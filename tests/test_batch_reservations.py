@@ -11,8 +11,6 @@ port, with a fabric stand-in whose confirmations the test holds back and lets go
 from __future__ import annotations
 
 import re
-import threading
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,21 +25,17 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2_grpc as pb_grpc
 from sdn_app.core.clock import FakeClock
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NoCapacity, NotFound, PermissionDenied
 from sdn_app.core.ledger import Ledger
-from sdn_app.core.plans import SwitchPlan
-from sdn_app.core.reconcile import reconcile
 from sdn_app.core.reservation import Principal, Reservation, Role, State
 from sdn_app.core.reservations import MAX_BATCH, BatchAborted, BatchItem, ReservationBook
 from sdn_app.core.topology import Topology
 from tests.conftest import TOKENS
-from tests.flowtable import FlowTables, TableError
-from tests.switched import RUCIO, request, switched_ring8
+from tests.switched import RUCIO, G, TablesFabric, request, switched_ring8
 from tests.waiting import wait_for
 from topologies import builtin_topology
 from tsdn.controller import Controller, ControllerConfig
 
-G = 10**9
-M = 10**6
 HOUR = 3600.0
+M = 10**6
 
 
 def rows(env: SimpleNamespace) -> int:
@@ -263,56 +257,10 @@ WAIT = 10.0  # seconds: the deadline of any wait for the server
 RING8_DTNS = [f"dtn{i}" for i in range(1, 9)]
 
 
-class GatedFabric:
-    """The switches as the provisioner sees them: simulated flow tables that confirm every change,
-    or refuse each with `refuse`; while `gate` is clear, every batch of changes waits for it."""
-
-    def __init__(self, topology: Topology):
-        self.topology = topology
-        self.tables = FlowTables(topology)
-        self.on_switch_connected = None
-        self.link_listener = None
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()  # set when a batch of changes reaches the switches
-        self.refuse: str | None = None
-        self.lock = threading.Lock()
-
-    def apply_many(self, changes: Sequence[Sequence], timeout: float = 5.0) -> list[str | None]:
-        self.entered.set()
-        self.gate.wait(3 * WAIT)
-        with self.lock:
-            results: list[str | None] = []
-            for steps in changes:
-                if self.refuse is not None:
-                    results.append(self.refuse)
-                    continue
-                try:
-                    self.tables.apply_all(steps)
-                    results.append(None)
-                except TableError as refused:
-                    results.append(str(refused))
-            return results
-
-    def reconcile(self, switch: str, expected: SwitchPlan, timeout: float = 5.0):
-        with self.lock:
-            t = self.tables.tables[switch]
-            held = SwitchPlan(tuple(t.flows.values()), tuple(t.meters.values()), tuple(t.groups.values()))
-            done = reconcile(switch, expected, held)
-            self.tables.apply_all(done.steps)
-            return done
-
-    def connected_switches(self) -> set[str]:
-        return set(self.topology.switches)
-
-    def utilization(self) -> dict:
-        return {}
-
-
 @pytest.fixture
 def switched(tmp_path: Path, tokens_file: Path):
-    """A controller on ring8 that controls `GatedFabric` switches; yields (controller, fabric, client)."""
-    fabric = GatedFabric(Topology.load(builtin_topology("ring8")))
+    """A controller on ring8 that controls `TablesFabric` switches; yields (controller, fabric, client)."""
+    fabric = TablesFabric(Topology.load(builtin_topology("ring8")))
     controller = Controller(ControllerConfig(topology=builtin_topology("ring8"), listen_grpc="127.0.0.1:0",
                                              listen_openflow="127.0.0.1:0", state=tmp_path / "tsdn.db",
                                              tokens=tokens_file), fabric=fabric)

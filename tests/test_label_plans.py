@@ -19,7 +19,7 @@ from sdn_app.core.reservations import ReservationBook
 from sdn_app.openflow.encoder import add_flow, add_group, flow_from_stats, group_from_stats
 from sdn_app.openflow.provisioner import Provisioner
 from tests.flowtable import DELIVERED, DROPPED, Packet, delivered, dtn_packet, ipv6_packet, send
-from tests.switched import DESIGNS, RUCIO, active, after_grace, confirm, own, request, switched_ring8
+from tests.switched import DESIGNS, RUCIO, TablesFabric, active, after_grace, confirm, own, request, switched_ring8
 
 A = ("2001:db8:8:110::/64", "2001:db8:8:310::/64")  # dtn1's and dtn3's prefixes of two Rucio rules
 B = ("2001:db8:8:111::/64", "2001:db8:8:311::/64")
@@ -169,36 +169,14 @@ def test_every_entry_of_a_label_design_decodes_back_to_its_spec(env):
             assert group_from_stats(dp, reported_group(add_group(dp, group)), switch) == group
 
 
-class _Fabric:
-    """Applies to simulated tables; a change whose steps touch `refuse` fails."""
-
-    def __init__(self, tables, refuse: str = ""):
-        self.tables, self.refuse = tables, refuse
-        self.batches: list[list[list]] = []
-        self.on_switch_connected = None
-
-    def apply_many(self, changes, timeout=5.0):
-        self.batches.append([list(c) for c in changes])
-        out = []
-        for steps in changes:
-            if any(s.spec is not None and s.spec.switch == self.refuse for s in steps):
-                out.append(f"switch {self.refuse} refused a flow")
-                continue
-            self.tables.apply_all(steps)
-            out.append(None)
-        return out
-
-    def connected_switches(self):
-        return set()
-
-
 def test_the_provisioner_applies_paths_first_and_fails_what_relies_on_a_path_that_failed(env):
     env.book.create(RUCIO, request(env.clock))
     env.book.create(RUCIO, request(env.clock, src_prefix=A[0], dst_prefix=A[1]))
     changes = env.book.take_changes()
     assert [c.reservation_id.startswith("path-") for c in changes] == [True, True, False, False]
     reports, done = [], threading.Event()
-    fabric = _Fabric(env.tables, refuse="s2")
+    fabric = TablesFabric(env.topology)
+    fabric.tables, fabric.refuse_switch = env.tables, "s2"
     provisioner = Provisioner(fabric, lambda r: (reports.extend(r), len(reports) == 2 and done.set()))
     provisioner.submit(changes)
     provisioner.start()
@@ -250,7 +228,8 @@ def test_a_move_onto_a_new_path_waits_for_the_batch_after_the_paths(env):
     changes = env.book.take_changes()
     assert [c.reservation_id.startswith("path-") for c in changes] == [True, True, False]
     reports, done = [], threading.Event()
-    fabric = _Fabric(env.tables)
+    fabric = TablesFabric(env.topology)
+    fabric.tables = env.tables
     provisioner = Provisioner(fabric, lambda r: (reports.extend(r), done.set()))
     provisioner.submit(changes)
     provisioner.start()

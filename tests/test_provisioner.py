@@ -4,9 +4,6 @@ switch's connect to a reconciliation, against a fabric of simulated tables (test
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
-
 import pytest
 
 from sdn_app.core.clock import FakeClock
@@ -22,60 +19,18 @@ from sdn_app.core.plans import (
     is_path_cookie_bits,
     reservation_cookie,
 )
-from sdn_app.core.reconcile import Reconciliation, reconcile
 from sdn_app.core.reservation import Change, Principal, Role, State
 from sdn_app.core.reservations import ReservationBook
 from sdn_app.core.topology import Topology
 from sdn_app.openflow.provisioner import Provisioner, Reconcile, provisioned_worker
 from sdn_app.worker import CoreWorker
-from tests.flowtable import FlowTables, TableError, delivered
-from tests.switched import switched_ring8
+from tests.flowtable import delivered
+from tests.switched import TablesFabric, switched_ring8
 from tests.waiting import wait_for
 from topologies import builtin_topology
 
 G = 10**9
 RUCIO = Principal("rucio", Role.SERVICE)
-
-
-class TablesFabric:
-    """A fabric applying steps to simulated tables; `gate` (when set) holds every apply until opened."""
-
-    def __init__(self, topology: Topology):
-        self.tables = FlowTables(topology)
-        self.on_switch_connected = None
-        self.batches: list[list[tuple[Step, ...]]] = []
-        self.reconciled: list[tuple[str, SwitchPlan]] = []
-        self.connected: set[str] = set(topology.switches)
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()  # set when an apply begins
-        self.lock = threading.Lock()
-
-    def apply_many(self, changes: Sequence[Sequence[Step]], timeout: float = 5.0) -> list[str | None]:
-        self.entered.set()
-        self.gate.wait(10)
-        with self.lock:
-            self.batches.append([tuple(c) for c in changes])
-            results: list[str | None] = []
-            for steps in changes:
-                try:
-                    self.tables.apply_all(steps)
-                    results.append(None)
-                except TableError as refused:
-                    results.append(str(refused))
-            return results
-
-    def reconcile(self, switch: str, expected: SwitchPlan, timeout: float = 5.0) -> Reconciliation:
-        with self.lock:
-            t = self.tables.tables[switch]
-            held = SwitchPlan(tuple(t.flows.values()), tuple(t.meters.values()), tuple(t.groups.values()))
-            done = reconcile(switch, expected, held)
-            self.tables.apply_all(done.steps)
-            self.reconciled.append((switch, expected))
-            return done
-
-    def connected_switches(self) -> set[str]:
-        return set(self.connected)
 
 
 def meter_step(kind: StepKind, meter_id: int, switch: str = "s1", dpid: int = 1) -> Step:
