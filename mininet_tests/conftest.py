@@ -157,17 +157,17 @@ def ring8():
     return Topology.load(builtin_topology("ring8"))
 
 
-@pytest.fixture
-def fabric(network, ring8) -> Iterator[tuple[object, object]]:
-    """os-ken (a `Fabric`) in this process on a fresh port and ring8 in Mininet pointed at it,
-    every switch connected; yields (fabric, network)."""
+@contextlib.contextmanager
+def ring8_under_fabric(network, ring8, bundles: bool = True) -> Iterator[tuple[object, object]]:
+    """os-ken (a `Fabric`, with or without OpenFlow bundles) in this process on a fresh port and
+    ring8 in Mininet pointed at it, every switch connected; yields (fabric, network), stops the fabric."""
     from benchmarks.report import free_port
     from sdn_app.openflow.fabric import start_openflow
     from topologies.mininet_builder import default_scale
 
     scale = default_scale(ring8)
     port = free_port()
-    fab = start_openflow(ring8, listen_port=port, scale=scale)
+    fab = start_openflow(ring8, listen_port=port, scale=scale, bundles=bundles)
     try:
         net = network(ring8, scale=scale, controller=("127.0.0.1", port))
         dpids = {s.dpid for s in ring8.switches.values()}
@@ -176,3 +176,10 @@ def fabric(network, ring8) -> Iterator[tuple[object, object]]:
         yield fab, net
     finally:
         fab.stop()
+
+
+@pytest.fixture
+def fabric(network, ring8) -> Iterator[tuple[object, object]]:
+    """`ring8_under_fabric` with bundles; yields (fabric, network)."""
+    with ring8_under_fabric(network, ring8) as running:
+        yield running

@@ -14,6 +14,7 @@ connected; each change's result is the one it gets without bundles.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from mininet_tests.conftest import ring8_under_fabric
 from tests.waiting import wait_for
 
 pytest.importorskip("mininet.net", reason="Mininet system tests need the mininet Python package (Debian: mininet)")
@@ -88,30 +90,9 @@ def one_phase(*flows: FlowSpec) -> list[Step]:
 
 @pytest.fixture
 def start_fabric(network, ring8) -> Iterator[Callable[..., tuple[object, object]]]:
-    """Factory: `start_fabric(bundles=...)` starts a `Fabric` in this process and ring8 in Mininet
-    pointed at it, every switch connected; returns (fabric, network)."""
-    from benchmarks.report import free_port
-    from sdn_app.openflow.fabric import start_openflow
-    from topologies.mininet_builder import default_scale
-
-    started = []
-
-    def start(bundles: bool = True) -> tuple[object, object]:
-        scale = default_scale(ring8)
-        port = free_port()
-        fab = start_openflow(ring8, listen_port=port, scale=scale, bundles=bundles)
-        started.append(fab)
-        net = network(ring8, scale=scale, controller=("127.0.0.1", port))
-        dpids = {s.dpid for s in ring8.switches.values()}
-        assert fab.wait_connected(dpids, timeout=30), \
-            f"only dpids {sorted(fab.connected())} of {sorted(dpids)} connected within 30 s"
-        return fab, net
-
-    try:
-        yield start
-    finally:
-        for fab in started:
-            fab.stop()
+    """Factory: `start_fabric(bundles=...)` starts `ring8_under_fabric`; returns (fabric, network)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda bundles=True: stack.enter_context(ring8_under_fabric(network, ring8, bundles))
 
 
 class Snoop:
