@@ -33,6 +33,11 @@ MAX_MESSAGE_BYTES = 256 * 1024
 PROVIDER_OPERATIONS = frozenset({"reserve", "reserveCommit", "reserveAbort", "provision", "release", "terminate",
                                  "querySummary", "querySummarySync", "queryRecursive", "queryNotification",
                                  "queryNotificationSync", "queryResult", "queryResultSync"})
+REQUESTER_OPERATIONS = frozenset({"reserveConfirmed", "reserveFailed", "reserveCommitConfirmed", "reserveCommitFailed",
+                                  "reserveAbortConfirmed", "provisionConfirmed", "releaseConfirmed",
+                                  "terminateConfirmed", "querySummaryConfirmed", "queryRecursiveConfirmed",
+                                  "error", "errorEvent", "dataPlaneStateChange", "reserveTimeout",
+                                  "messageDeliveryTimeout"})
 _NSMAP = {"soap": SOAP, "header": HEADERS, "ctypes": CTYPES, "p2psrv": P2P, "ftypes": FTYPES}
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False,
                           remove_blank_text=True)
@@ -98,8 +103,9 @@ def _text(parent: etree._Element, name: str, where: str, required: bool = True) 
     return found.text.strip()
 
 
-def parse(body: bytes, soap_action: str | None) -> Message:
-    """The NSI request in `body` (a SOAP 1.1 envelope) sent with header SOAPAction `soap_action`."""
+def parse(body: bytes, soap_action: str | None, operations: frozenset[str] = PROVIDER_OPERATIONS) -> Message:
+    """The NSI message in `body` (a SOAP 1.1 envelope) sent with header SOAPAction `soap_action`:
+    one of `operations` (a provider's requests by default; `REQUESTER_OPERATIONS` for callbacks)."""
     if len(body) > MAX_MESSAGE_BYTES:
         raise SoapFault(f"the message is {len(body)} bytes, at most {MAX_MESSAGE_BYTES}")
     if b"<!DOCTYPE" in body[:4096].upper() or b"<!ENTITY" in body.upper():
@@ -125,8 +131,9 @@ def parse(body: bytes, soap_action: str | None) -> Message:
         raise SoapFault(f"the SOAP body holds {len(operations)} elements, not one operation", header=header)
     element = operations[0]
     name = etree.QName(element)
-    if name.namespace != CTYPES or name.localname not in PROVIDER_OPERATIONS:
-        raise SoapFault(f"{name.localname!r} is not an operation of the NSI provider interface", "00102", header)
+    if name.namespace != CTYPES or name.localname not in operations:
+        side = "requester" if operations is REQUESTER_OPERATIONS else "provider"
+        raise SoapFault(f"{name.localname!r} is not an operation of the NSI {side} interface", "00102", header)
     action = (soap_action or "").strip().strip('"')
     if action != ACTION_PREFIX + name.localname:
         raise SoapFault(f"SOAPAction {soap_action!r} does not name the operation in the body "
