@@ -126,10 +126,10 @@ def parse(body: bytes, soap_action: str | None, operations: frozenset[str] = PRO
         provider_nsa=_text(header_element, "providerNSA", "nsiHeader") or "",
         reply_to=_text(header_element, "replyTo", "nsiHeader", required=False))
     body_element = root.find(f"{{{SOAP}}}Body")
-    operations = [] if body_element is None else [child for child in body_element if isinstance(child.tag, str)]
-    if len(operations) != 1:
-        raise SoapFault(f"the SOAP body holds {len(operations)} elements, not one operation", header=header)
-    element = operations[0]
+    children = [] if body_element is None else [child for child in body_element if isinstance(child.tag, str)]
+    if len(children) != 1:
+        raise SoapFault(f"the SOAP body holds {len(children)} elements, not one operation", header=header)
+    element = children[0]
     name = etree.QName(element)
     if name.namespace != CTYPES or name.localname not in operations:
         side = "requester" if operations is REQUESTER_OPERATIONS else "provider"
