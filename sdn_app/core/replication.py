@@ -25,7 +25,8 @@ from typing import Any, Protocol
 
 # The tables held in the shared store, each keyed by its `id` column.
 REPLICATED_TABLES = ("bookings", "reservations", "transfers", "agents",
-                     "sense_instances", "sense_profiles", "sense_addresses")  # the last three: sense_store
+                     "sense_instances", "sense_profiles", "sense_addresses",  # these four: sense_store
+                     "nsi_connections", "nsi_segments")
 _CHANGED = "tsdn_changed"  # a temporary table
 
 

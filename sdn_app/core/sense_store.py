@@ -1,4 +1,5 @@
-"""The SENSE API's tables in the ledger's SQLite file: instances, service profiles, IPv6 allocations.
+"""The protocol desks' tables in the ledger's SQLite file: SENSE's instances, service profiles and IPv6
+allocations, and NSI's connections (`nsi.NsiDesk`) and WAN segments (`nsi_segments.SegmentDesk`).
 
     ledger.write(create_tables)                          # an older file without them gets them
     ledger.write(lambda db: save(db, INSTANCES, id, owner, body))   # or inside a reservation's transaction
@@ -28,11 +29,13 @@ FORMAT = 1  # of the JSON in `body`; a row of another format is refused by name
 INSTANCES = "sense_instances"
 PROFILES = "sense_profiles"
 ADDRESSES = "sense_addresses"
-TABLES = (INSTANCES, PROFILES, ADDRESSES)
+NSI_CONNECTIONS = "nsi_connections"
+NSI_SEGMENTS = "nsi_segments"
+TABLES = (INSTANCES, PROFILES, ADDRESSES, NSI_CONNECTIONS, NSI_SEGMENTS)
 
 
 def create_tables(db: sqlite3.Connection) -> None:
-    """Create the SENSE tables unless the file has them."""
+    """Create the SENSE and NSI tables unless the file has them."""
     for table in TABLES:
         db.execute(f"""CREATE TABLE IF NOT EXISTS {table} (
                            seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -45,7 +48,7 @@ def create_tables(db: sqlite3.Connection) -> None:
 def save(db: sqlite3.Connection, table: str, row_id: str, owner: str, body: Mapping[str, Any]) -> None:
     """Insert the row, or replace the stored row of the same id (keeping its place in the order)."""
     if table not in TABLES:
-        raise ValueError(f"not a SENSE table: {table}")
+        raise ValueError(f"not a SENSE or NSI table: {table}")
     text = json.dumps({"format": FORMAT, **body}, sort_keys=True, allow_nan=False)
     db.execute(f"INSERT INTO {table} (id, owner, body) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
                "owner=excluded.owner, body=excluded.body", (row_id, owner, text))
@@ -54,7 +57,7 @@ def save(db: sqlite3.Connection, table: str, row_id: str, owner: str, body: Mapp
 def delete(db: sqlite3.Connection, table: str, row_id: str) -> None:
     """Remove the row of `row_id` (none: nothing happens)."""
     if table not in TABLES:
-        raise ValueError(f"not a SENSE table: {table}")
+        raise ValueError(f"not a SENSE or NSI table: {table}")
     db.execute(f"DELETE FROM {table} WHERE id=?", (row_id,))
 
 
@@ -70,7 +73,7 @@ class Stored:
 def load(ledger: Ledger, table: str) -> list[Stored]:
     """Every row of `table`, oldest first; `CorruptRow` for a body that is not a JSON object of this format."""
     if table not in TABLES:
-        raise ValueError(f"not a SENSE table: {table}")
+        raise ValueError(f"not a SENSE or NSI table: {table}")
     rows = []
     for seq, row_id, owner, body in ledger.query(f"SELECT seq, id, owner, body FROM {table} ORDER BY seq"):
         where = f"{ledger.path}: {table} row {seq} (id {row_id!r})"
