@@ -4,6 +4,7 @@ thread, its store, the OpenFlow fabric, the gRPC API and the live map, wired tog
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from sdn_app.web.alto import AltoApi
 from sdn_app.web.api import ApiContext, HttpApi
 from sdn_app.web.api import StreamSlots as WebStreamSlots
 from sdn_app.web.live import LiveMap
+from sdn_app.web.nsi import NsiApi
 from sdn_app.web.sense import SenseApi
 from sdn_app.web.server import WebLimits, WebServer
 from sdn_app.worker import CoreWorker
@@ -64,6 +66,7 @@ class ControllerConfig:
     listen_http: str | None = None  # live map + /metrics (HOST:PORT; `tsdn controller` defaults to 127.0.0.1:8080)
     http_required: bool = True  # False: a busy listen_http is a warning (the CLI's default address), not an error
     domain: str | None = None  # the network's DNS-style name (SENSE URNs, NSI); None: from the topology's name
+    nsi_timeout: float = 60.0  # seconds a neighbour NSA may take to confirm a WAN segment's step
     web_limits: WebLimits = field(default_factory=WebLimits)  # what the HTTP side takes from its clients
     allow_plaintext_tokens: bool = False  # serve --tokens without TLS beyond loopback (warned about loudly)
     keep_ended: float = DEFAULT_KEEP_ENDED  # seconds an ended reservation stays in memory (inf: for good)
@@ -126,6 +129,7 @@ class Controller:
         self.auth, credentials, self.plaintext_tokens = api_access(config)
         self.domain = domain_name(config.domain) if config.domain is not None else None
         self.http_tls = http_ssl_context(config) if config.listen_http is not None else None
+        self.nsi_client_tls = nsi_client_context(config) if config.listen_http is not None else None
         if (config.listen_http is not None and config.tokens is not None and self.http_tls is None
                 and not is_loopback(config.listen_http)):
             if not config.allow_plaintext_tokens:
@@ -217,8 +221,9 @@ class Controller:
         context = ApiContext(worker=self.worker, topology=self.topology, domain=self.domain, clock=self.config.clock,
                              loads=self.fabric.utilization if self.fabric is not None else dict,
                              streams=streams, wall_clock=live.wall_clock, authenticate=authenticate)
+        nsi = NsiApi(context, segment_timeout=self.config.nsi_timeout, ssl_context=self.nsi_client_tls)
         web = WebServer(live, (host, port), authenticate=authenticate, ssl_context=self.http_tls,
-                        limits=limits, apis=_http_apis(context), streams=streams,
+                        limits=limits, apis=[*_http_apis(context), nsi], streams=streams,
                         loopback_only=self.auth.development_mode)
         try:
             self.loop.run(web.bind())
@@ -228,6 +233,7 @@ class Controller:
                             address, exc.strerror or exc)
                 return None
             raise FailedPrecondition(f"--listen-http {address}: cannot listen there ({exc.strerror or exc})") from None
+        nsi.listening(web.scheme, web.address)
         if not is_loopback(address):
             log.warning("the live map and /metrics on %s are read-only but visible to anyone who can reach "
                         "that address (no token asked; the SENSE and ALTO APIs beside them ask for one)",
@@ -292,6 +298,18 @@ class Controller:
         self.ledger.close()
 
 
+def nsi_client_context(config: ControllerConfig) -> ssl.SSLContext | None:
+    """TLS towards neighbouring NSAs served over HTTPS: tsdn's --tls-cert/--tls-key as its client
+    certificate, their servers checked against --client-ca (the NSI deployment's CA; None: no TLS
+    material, the system's CAs and no client certificate)."""
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    context = ssl.create_default_context(cafile=str(config.client_ca) if config.client_ca else None)
+    context.load_cert_chain(config.tls_cert, config.tls_key)
+    return context
+
+
 def _http_apis(context: ApiContext) -> list[HttpApi]:
-    """The APIs mounted beside the live map: SENSE under /sense/api, ALTO under /alto."""
+    """The APIs mounted beside the live map: SENSE under /sense/api, ALTO under /alto (and NSI under /NSI,
+    made with the server's address: `_web_server`)."""
     return [SenseApi(context), AltoApi(context)]

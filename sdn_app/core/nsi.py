@@ -71,12 +71,12 @@ class NsiRefused(FailedPrecondition):
 
 def nsa_id(domain: str) -> str:
     """The NSA id of the domain `--domain` names: `urn:ogf:network:<domain>:nsa`."""
-    return f"{NETWORK}{domain}:nsa"
+    return f"{NETWORK}{check_domain(domain)}:nsa"
 
 
 def network_id(domain: str) -> str:
     """The NML topology (network) id of the domain: `urn:ogf:network:<domain>:topology`."""
-    return f"{NETWORK}{domain}:topology"
+    return f"{NETWORK}{check_domain(domain)}:topology"
 
 
 def check_domain(domain: str) -> str:
@@ -141,8 +141,7 @@ class ReserveAsk:
     capacity_mbps: int
     start: float | None
     end: float | None
-    directionality: str = "Bidirectional"
-    symmetric: bool = True
+    directionality: str = "Bidirectional"  # tsdn's circuits are symmetric whatever symmetricPath asks
 
 
 @dataclass(frozen=True)
@@ -222,8 +221,8 @@ def states_of(connection: Connection, reservation: Reservation | None) -> States
     if state is State.EXPIRED:
         return States("ReserveStart", "Released", "Terminated" if connection.terminated else "PassedEndTime", False,
                       connection.version)
-    if state is State.FAILED or (state is State.RELEASED and not connection.terminated
-                                 and not reservation.reason.startswith("hold aborted")):
+    if not connection.terminated and (state is State.FAILED or (
+            state is State.RELEASED and not reservation.reason.startswith("hold aborted"))):
         return States("ReserveStart", "Released", "Failed", False, connection.version)
     provision = "Provisioned" if reservation.provisioned and not state.is_final else "Released"
     return States("ReserveStart", provision, lifecycle, state in ACTIVE_STATES, connection.version)
@@ -351,8 +350,6 @@ class NsiDesk:
         if ask.directionality != "Bidirectional":
             raise NsiRefused(f"p2ps.directionality: {shown(ask.directionality)}: this network books Bidirectional "
                              "circuits only", "00706")
-        if not ask.symmetric:
-            raise NsiRefused("p2ps.symmetricPath: false is not offered: both directions take the same path", "00102")
         for field, value in (("description", ask.description), ("globalReservationId", ask.global_id),
                              ("requesterNSA", ask.requester_nsa), ("correlationId", ask.correlation_id)):
             if not isinstance(value, str) or len(value) > MAX_TEXT:

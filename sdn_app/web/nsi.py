@@ -25,6 +25,8 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import socket
+import ssl
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -48,6 +50,7 @@ from sdn_app.core.nsi import States as CoreStates
 from sdn_app.web import nsi_documents, nsi_soap
 from sdn_app.web.api import PRINCIPAL, ApiContext, client_address
 from sdn_app.web.nsi_requester import CallbackReceiver
+from sdn_app.web.nsi_segments import SegmentRunner
 
 log = logging.getLogger("tsdn.nsi")
 T = TypeVar("T")
@@ -104,12 +107,17 @@ class NsiApi:
 
     prefix = PREFIX
 
-    def __init__(self, context: ApiContext, receiver: CallbackReceiver | None = None):
+    def __init__(self, context: ApiContext, segment_timeout: float = 60.0, ssl_context: ssl.SSLContext | None = None):
+        """With inter-domain ports in the topology, tsdn also requests WAN segments from the neighbours
+        (`SegmentRunner`: each step confirmed within `segment_timeout` seconds; `ssl_context` for
+        neighbours served over HTTPS, with tsdn's client certificate)."""
         self.context = context
         self.nsa = nsa_id(context.domain)
         self.network = network_id(context.domain)
         self.topology_path = f"{PREFIX}/{context.domain}:topology.nml.xml"
-        self.receiver = receiver or CallbackReceiver(self.nsa)
+        self.receiver = CallbackReceiver(self.nsa)
+        self.segments = (SegmentRunner(context, self.receiver, self.nsa, "", segment_timeout, ssl_context)
+                         if context.topology.interdomain else None)
         self.public = frozenset({DISCOVERY_PATH, self.topology_path, REQUESTER_PATH})
         self.started = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         self._desk: NsiDesk | None = None  # made on the core's thread at the first call, used only there
@@ -123,8 +131,18 @@ class NsiApi:
 
     # -- the HttpApi protocol ----------------------------------------------------------------------
 
+    def listening(self, scheme: str, address: str) -> None:
+        """The server is bound at `scheme://address`: where neighbours send the segments' callbacks."""
+        host, _, port = address.rpartition(":")
+        if host.strip("[]") in ("0.0.0.0", "::", ""):
+            host = socket.getfqdn()
+        if self.segments is not None:
+            self.segments.reply_to = f"{scheme}://{host}:{port}{REQUESTER_PATH}"
+
     def add_routes(self, app: web.Application) -> None:
         app.on_startup.append(self._start)
+        if self.segments is not None:
+            app.on_startup.append(self.segments.start)
         app.router.add_post(SERVICE_PATH, self._service)
         app.router.add_post(REQUESTER_PATH, self.receiver.handle)
         app.router.add_get(DISCOVERY_PATH, self._discovery)
@@ -136,7 +154,9 @@ class NsiApi:
         return _xml(nsi_soap.envelope(None, nsi_soap.fault(message, error, self.nsa)), status)
 
     async def close(self) -> None:
-        """Stop the notification watcher and the callback senders."""
+        """Stop the notification watcher, the callback senders and the WAN segments' tasks."""
+        if self.segments is not None:
+            await self.segments.close()
         if self._subscription is not None:
             self.context.worker.hub.unsubscribe(self._subscription)
         tasks = [t for t in (self._watcher, *self._senders.values()) if t is not None]
@@ -196,7 +216,7 @@ class NsiApi:
                 ask = ReserveAsk(header.requester_nsa, header.reply_to, header.correlation_id,
                                  reserve.global_reservation_id, reserve.description, reserve.source_stp,
                                  reserve.dest_stp, reserve.capacity_mbps, _seconds(reserve.start),
-                                 _seconds(reserve.end), reserve.directionality, reserve.symmetric_path)
+                                 _seconds(reserve.end), reserve.directionality)
                 connection = await self._core(lambda desk: desk.reserve(principal, ask))
                 log.info("NSI reserve %s by %s (%s): %s -> %s, %d Mbit/s held as %s", connection.id, principal.name,
                          header.requester_nsa, connection.source, connection.dest, connection.capacity_mbps,
@@ -363,15 +383,15 @@ class NsiApi:
     async def _discovery(self, request: web.Request) -> web.Response:
         """The NSA discovery document: this NSA, its CS2 service and its topology."""
         base = self._base(request)
-        document = nsi_documents.discovery(nsi_documents.NsaDescription(
-            nsa_id=self.nsa, name=self.context.domain, software_version=SOFTWARE, start_time=self.started,
-            network_id=self.network, provider_url=base + SERVICE_PATH, topology_url=base + self.topology_path))
+        document = nsi_documents.discovery_document(nsi_documents.Nsa(
+            domain=self.context.domain, name=self.context.domain, software_version=SOFTWARE, start_time=self.started,
+            provider_url=base + SERVICE_PATH, topology_url=base + self.topology_path))
         return _xml(document, 200)
 
     async def _topology(self, request: web.Request) -> web.Response:
         """The NML topology: every STP port with the VLANs it offers."""
-        return _xml(nsi_documents.topology(self.network, self.context.domain, self.started,
-                                           stp_ports(self.context.topology)), 200)
+        return _xml(nsi_documents.topology_document(self.context.domain, stp_ports(self.context.topology),
+                                                    self.started), 200)
 
 
 def stp_ports(topology: Any) -> list[nsi_documents.StpPort]:

@@ -114,7 +114,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                              "one more gets 503 (default 64, at most 8 per client)")
     parser.add_argument("--domain", metavar="NAME",
                         help="this network's DNS-style name, e.g. sc16.caltech.edu: SENSE terminals are "
-                             "urn:ogf:network:NAME:DTN (default: the topology's name)")
+                             "urn:ogf:network:NAME:DTN, the NSI provider is NSA urn:ogf:network:NAME:nsa "
+                             "(default: the topology's name)")
+    parser.add_argument("--nsi-timeout", default="60s", metavar="DURATION",
+                        help="how long a neighbouring NSA may take to confirm each step of a WAN segment "
+                             "(reserve, commit, provision) before the reservation fails naming it (default 60s)")
     parser.add_argument("--max-streams", type=int, default=2000, metavar="N",
                         help="server streams (WatchReservations, WatchAgents, WatchTransfer, TakeJobs, health "
                              "Watch, reflection) open at once in all; one more gets RESOURCE_EXHAUSTED (default 2000)")
@@ -201,6 +205,7 @@ def run_controller(args: argparse.Namespace) -> int:
                               allow_plaintext_tokens=args.allow_plaintext_tokens,
                               keep_ended=parse_keep_ended(args.keep_ended),
                               hold_timeout=_hold_timeout(args.hold_timeout),
+                              nsi_timeout=_seconds_within(args.nsi_timeout, "--nsi-timeout", 3600),
                               share_step=_share_step(args.share_step), share_solver=args.share_solver,
                               flow_design=args.flow_design, path_labels=args.path_labels,
                               label_grace=_label_grace(args.label_grace), bundles=not args.no_bundles,
@@ -241,12 +246,18 @@ def reroute_policy(args: argparse.Namespace) -> ReroutePolicy:
 
 def _hold_timeout(text: str) -> float:
     """Seconds of `--hold-timeout`: above 0, at most a day."""
+    return _seconds_within(text, "--hold-timeout", 86400)
+
+
+def _seconds_within(text: str, option: str, most: float) -> float:
+    """Seconds of a duration flag: above 0, at most `most`."""
     from sdn_app.core.errors import InvalidArgument
     from sdn_app.core.units import parse_duration
 
-    seconds = parse_duration(text, "--hold-timeout")
-    if not 0 < seconds <= 86400:
-        raise InvalidArgument(f"--hold-timeout: above 0 and at most a day, got {text!r}")
+    seconds = parse_duration(text, option)
+    if not 0 < seconds <= most:
+        limit = "a day" if most == 86400 else f"{most:g} s"
+        raise InvalidArgument(f"{option}: above 0 and at most {limit}, got {text!r}")
     return seconds
 
 
