@@ -16,6 +16,10 @@ Tokens file (YAML), readable only by the controller's user:
         role: service
         priority: 5               # elastic sharing weight, 1-1000 (default 1); requests may ask lower
         token: "another-secret"
+      - principal: campus-nsa
+        role: service
+        certificate: nsa.campus.example   # or a TLS client certificate's subject CN (HTTP side, with
+                                          # --client-ca: NSI requesters authenticate this way)
 
 An agent token with `dtn:` may register and heartbeat for that DTN only; an agent token
 without it may act for any DTN of the topology (fine in a lab, not at a show). `dtn:` is
@@ -63,14 +67,15 @@ class _TokenEntry(BaseModel):
     role: Role
     token: Annotated[str, Field(min_length=MIN_TOKEN_LENGTH, max_length=512, pattern=r"^[\x21-\x7e]+$")] | None = None
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    certificate: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[\x20-\x7e]+$")] | None = None
     dtn: Annotated[str, Field(min_length=1, max_length=128)] | None = None
     # The highest priority (sharing weight) the principal's requests may carry; theirs by default.
     priority: Annotated[int, Field(ge=1, le=MAX_PRIORITY, strict=True)] = 1
 
     @model_validator(mode="after")
     def _one_secret(self) -> _TokenEntry:
-        if (self.token is None) == (self.sha256 is None):
-            raise ValueError("give exactly one of token or sha256")
+        if sum(secret is not None for secret in (self.token, self.sha256, self.certificate)) != 1:
+            raise ValueError("give exactly one of token, sha256 or certificate")
         if self.dtn is not None and self.role is not Role.AGENT:
             raise ValueError(f"dtn is for agent tokens only (this one has role {self.role})")
         return self
@@ -104,10 +109,12 @@ class Authenticator:
     """Maps `authorization: Bearer <token>` metadata to a `Principal`."""
 
     def __init__(self, principals_by_digest: dict[str, Principal] | None,
-                 agent_dtns: dict[str, str] | None = None):
+                 agent_dtns: dict[str, str] | None = None, by_certificate: dict[str, Principal] | None = None):
         """`None` means development mode: no tokens, every caller is `DEV_PRINCIPAL`.
-        `agent_dtns` maps an agent principal to the one DTN it may act for."""
+        `agent_dtns` maps an agent principal to the one DTN it may act for; `by_certificate` a TLS
+        client certificate's subject CN to its principal."""
         self._by_digest = principals_by_digest
+        self._by_certificate = dict(by_certificate or {})
         self.agent_dtns: dict[str, str] = dict(agent_dtns or {})
 
     def bound_dtn(self, principal: Principal) -> str | None:
@@ -140,9 +147,18 @@ class Authenticator:
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             log.warning("tokens file %s is readable by other users; chmod 600 it", source)
         by_digest: dict[str, Principal] = {}
+        by_certificate: dict[str, Principal] = {}
         agent_dtns: dict[str, str | None] = {}
         priorities: dict[str, int] = {}
         for i, entry in enumerate(parsed.tokens):
+            if entry.certificate is not None:
+                if entry.certificate in by_certificate:
+                    raise InvalidArgument(f"{source}: tokens[{i}]: certificate {entry.certificate!r} is given twice")
+                if entry.role is Role.AGENT:
+                    raise InvalidArgument(f"{source}: tokens[{i}]: agents authenticate with tokens, not "
+                                          "certificates")
+                by_certificate[entry.certificate] = Principal(entry.principal, entry.role, entry.priority)
+                continue
             if entry.digest in by_digest:
                 raise InvalidArgument(f"{source}: tokens[{i}]: the same token is given twice")
             if priorities.setdefault(entry.principal, entry.priority) != entry.priority:
@@ -154,7 +170,7 @@ class Authenticator:
                     raise InvalidArgument(f"{source}: tokens[{i}]: agent {entry.principal} is given another "
                                           f"dtn than in an earlier entry ({agent_dtns[entry.principal]!r})")
                 agent_dtns[entry.principal] = entry.dtn
-        return cls(by_digest, {p: dtn for p, dtn in agent_dtns.items() if dtn is not None})
+        return cls(by_digest, {p: dtn for p, dtn in agent_dtns.items() if dtn is not None}, by_certificate)
 
     def authenticate(self, metadata: Sequence[tuple[str, str | bytes]]) -> Principal:
         """The principal whose token is in `metadata`, or `Unauthenticated` saying what is wrong."""
@@ -171,6 +187,14 @@ class Authenticator:
         if principal is None:
             raise Unauthenticated("unknown token")
         return principal
+
+
+    def authenticate_certificate(self, subject_cn: str) -> Principal | None:
+        """The principal of a TLS client certificate whose subject CN is `subject_cn` (the TLS layer
+        checked it against --client-ca); None when the tokens file names no such certificate."""
+        if self._by_digest is None:
+            return DEV_PRINCIPAL
+        return self._by_certificate.get(subject_cn)
 
 
 def is_loopback(address: str) -> bool:

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import yaml
 
 from sdn_app.core.errors import InvalidArgument
 from tests.conftest import TOKENS
@@ -81,3 +82,37 @@ def test_the_apis_ask_for_a_token_and_the_map_does_not(start_controller, tokens_
     basic = base64.b64encode(f"rucio:{token}".encode()).decode()  # the OpenALTO client's way
     status, headers, body = fetch(f"{base}/alto/directory", headers={"Authorization": f"Basic {basic}"})
     assert status == 200 and json.loads(body)["resources"]
+
+
+def test_a_client_certificate_named_in_the_tokens_file_is_its_principal(start_controller, tmp_path, pki):  # noqa: F811
+    tokens = tmp_path / "cert-tokens.yaml"
+    tokens.write_text(yaml.safe_dump({"tokens": [
+        {"principal": "campus-nsa", "role": "service", "certificate": "client"},
+        {"principal": "noc", "role": "admin", "token": TOKENS["noc"][1]}]}))
+    tokens.chmod(0o600)
+    controller = start_controller(tokens=tokens, tls_cert=pki / "server.pem", tls_key=pki / "server.key",
+                                  client_ca=pki / "ca.pem", listen_http="127.0.0.1:0")
+    certified = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    certified.load_cert_chain(pki / "client.pem", pki / "client.key")
+    status, _, body = fetch(f"https://{controller.http_address}/sense/api/instance", certified)
+    assert status == 200 and body  # the certificate is the principal: no token needed
+    rogue = tmp_path / "other-tokens.yaml"
+    rogue.write_text(yaml.safe_dump({"tokens": [
+        {"principal": "campus-nsa", "role": "service", "certificate": "someone-else"}]}))
+    rogue.chmod(0o600)
+    other = start_controller(tokens=rogue, tls_cert=pki / "server.pem", tls_key=pki / "server.key",
+                             client_ca=pki / "ca.pem", listen_http="127.0.0.1:0", state=tmp_path / "other.db")
+    code, _, _ = refused(f"https://{other.http_address}/sense/api/instance", certified)
+    assert code == 401  # a certificate the tokens file does not name is nobody
+
+
+def test_a_tokens_entry_with_two_secrets_or_an_agent_certificate_is_refused(tmp_path):
+    from northbound.auth import Authenticator
+
+    for entry, words in (({"principal": "a", "role": "service", "certificate": "x", "token": "t" * 20},
+                          "exactly one of token, sha256 or certificate"),
+                         ({"principal": "a", "role": "agent", "certificate": "x"}, "agents authenticate with tokens")):
+        path = tmp_path / "t.yaml"
+        path.write_text(yaml.safe_dump({"tokens": [entry]}))
+        with pytest.raises(InvalidArgument, match=words):
+            Authenticator.from_file(path)

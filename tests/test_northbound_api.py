@@ -508,7 +508,7 @@ def test_no_tokens_refused_off_loopback(tmp_path):
     ("tokens:\n  - {principal: rucio, role: service, token: short}\n", "tokens[0].token"),
     ("tokens:\n  - {principal: rucio, role: wizard, token: long-enough-token-0123}\n", "tokens[0].role"),
     (f"tokens:\n  - {{principal: rucio, role: service, token: long-enough-token-0123, sha256: {'a' * 64}}}\n",
-     "exactly one of token or sha256"),
+     "exactly one of token, sha256 or certificate"),
     ("tokens:\n  - {principal: a, role: service, token: long-enough-token-0123}\n"
      "  - {principal: b, role: admin, token: long-enough-token-0123}\n", "the same token is given twice"),
 ])

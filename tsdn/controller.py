@@ -224,7 +224,8 @@ class Controller:
         nsi = NsiApi(context, segment_timeout=self.config.nsi_timeout, ssl_context=self.nsi_client_tls)
         web = WebServer(live, (host, port), authenticate=authenticate, ssl_context=self.http_tls,
                         limits=limits, apis=[*_http_apis(context), nsi], streams=streams,
-                        loopback_only=self.auth.development_mode)
+                        loopback_only=self.auth.development_mode,
+                        authenticate_certificate=auth.authenticate_certificate if self.http_tls else None)
         try:
             self.loop.run(web.bind())
         except OSError as exc:

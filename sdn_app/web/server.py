@@ -135,11 +135,15 @@ class WebServer:
 
     def __init__(self, live: LiveMap, listen: tuple[str, int], *, authenticate: Authenticate,
                  apis: Sequence[HttpApi] = (), ssl_context: ssl.SSLContext | None = None,
-                 limits: WebLimits | None = None, loopback_only: bool = False, streams: StreamSlots | None = None):
+                 limits: WebLimits | None = None, loopback_only: bool = False, streams: StreamSlots | None = None,
+                 authenticate_certificate: Callable[[str], Principal | None] | None = None):
+        """`authenticate_certificate`: a TLS client certificate's subject CN -> its principal (None:
+        certificates name nobody; callers send tokens)."""
         self.live = live
         self.loopback_only = loopback_only  # development mode: the APIs answer loopback callers only
         self.listen = listen
         self.authenticate = authenticate
+        self.authenticate_certificate = authenticate_certificate
         self.apis = tuple(apis)
         self.ssl_context = ssl_context
         self.limits = limits or WebLimits()
@@ -221,6 +225,17 @@ class WebServer:
                 return api
         return None
 
+    def _principal(self, request: web.Request) -> Principal:
+        """The caller: by its Authorization header, else by its TLS client certificate's subject CN
+        (when the tokens file names that certificate)."""
+        header = request.headers.get("Authorization")
+        if header is None and self.authenticate_certificate is not None and request.transport is not None:
+            certificate = request.transport.get_extra_info("peercert")
+            subject = dict(item for rdn in (certificate or {}).get("subject", ()) for item in rdn)
+            if (cn := subject.get("commonName")) and (principal := self.authenticate_certificate(cn)) is not None:
+                return principal
+        return self.authenticate(bearer_header(header))
+
     @web.middleware
     async def _api_middleware(self, request: web.Request, handler: Callable) -> web.StreamResponse:
         api = self._api_of(request.path)
@@ -230,7 +245,7 @@ class WebServer:
             if self.loopback_only and not _is_loopback(request.remote):
                 raise Unauthenticated("development mode (no --tokens): the APIs answer loopback callers only")
             if request.path not in api.public:
-                request[PRINCIPAL] = self.authenticate(bearer_header(request.headers.get("Authorization")))
+                request[PRINCIPAL] = self._principal(request)
             if request.body_exists:
                 try:
                     async with asyncio.timeout(self.limits.body_timeout):
