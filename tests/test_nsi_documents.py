@@ -1,6 +1,6 @@
 """The NSA discovery and NML topology documents (sdn_app.web.nsi_documents): valid against the OGF
 discovery schema, the same documents OpenNSA publishes for the same network, read by OpenNSA's own
-parsers when they are on this machine, and bad input refused naming what is wrong."""
+parsers (OpenNSA's source and venv from its recipe: tests/nsi_peers.py), and bad input refused naming what is wrong."""
 
 from __future__ import annotations
 
@@ -91,16 +91,6 @@ def test_an_inter_domain_port_is_an_alias_of_the_peers_port_in_the_other_directi
                        "urn:ogf:network:sc16.example:topology:wan1-out": PEER_PORT + "-in"}
 
 
-def opennsa_tree() -> tuple[Path, Path] | None:
-    """OpenNSA's source and the venv setup.sh builds (/work/shared/tools/opennsa), if they are here."""
-    venv = Path(os.environ.get("OPENNSA_VENV", "/tmp/opennsa-venv")) / "bin" / "python"
-    base = Path(os.environ.get("OPENNSA_SRC", "/tmp/opennsa-src"))
-    for source in (base, base / "opennsa-src"):
-        if (source / "opennsa" / "topology" / "nmlxml.py").is_file() and venv.is_file():
-            return source, venv
-    return None
-
-
 # Run with OpenNSA's interpreter: what OpenNSA's discovery fetcher and NML parser make of our documents.
 READ_WITH_OPENNSA = """
 import json, sys
@@ -125,11 +115,8 @@ print(json.dumps({
 """
 
 
-def test_opennsas_own_parsers_read_our_documents(tmp_path):
-    found = opennsa_tree()
-    if found is None:
-        pytest.skip("OpenNSA's source and venv are not here (/work/shared/tools/opennsa/setup.sh builds them)")
-    source, python = found
+def test_opennsas_own_parsers_read_our_documents(tmp_path, opennsa_build):
+    source, python = opennsa_build.source, opennsa_build.python
     nsa = documents.Nsa("sc16.example", "tsdn", "tsdn", STARTED, "http://127.0.0.1:9081/NSI/services/CS2",
                         "http://127.0.0.1:9081/NSI/sc16.example:topology.nml.xml")
     (tmp_path / "topology.xml").write_bytes(documents.topology_document("sc16.example", SC16_PORTS, STARTED))

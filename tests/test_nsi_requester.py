@@ -1,22 +1,18 @@
 """tsdn as an NSI CS 2.0 requester (sdn_app.web.nsi_requester): every request it writes is valid against
 the OGF schemas, what a provider answers reads as it was meant, and a real OpenNSA (the recipe in
-../shared/tools/opennsa, started and stopped here) reserves, commits, provisions, releases, terminates,
-aborts, refuses and times out as seen from tsdn's side.
+../shared/tools/opennsa, started and stopped by tests/nsi_peers.py) reserves, commits, provisions, releases,
+terminates, aborts, refuses and times out as seen from tsdn's side.
 
-Without the recipe the OpenNSA tests skip saying so (and fail when CI is set)."""
+The OpenNSA session fixture is tests/nsi_peers.py's: without the recipe the OpenNSA tests skip saying so
+(and fail when CI is set)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import datetime
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
@@ -26,17 +22,16 @@ from lxml import etree
 
 from sdn_app.web import nsi_requester as nsi
 from sdn_app.web import nsi_soap
+from tests.nsi_peers import OPENNSA_TPC_TIMEOUT, free_port
 
 xmlschema = pytest.importorskip("xmlschema", reason="schema validation needs xmlschema (a test dependency)")
 
-REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "nsi"
 SCHEMAS = (DATA / "schemas" / "ConnectionService").resolve()
 ACTION = '"http://schemas.ogf.org/nsi/2013/12/connection/service/{}"'
 OPENNSA = "urn:ogf:network:opennsa.test:nsa"
 TSDN = "urn:ogf:network:tsdn.test:nsa"
 NET = "urn:ogf:network:opennsa.test:topology"
-TPC_TIMEOUT = 5  # seconds OpenNSA keeps an uncommitted hold
 RECEIVER_PATH = "/NSI/services/RequesterService2"
 
 
@@ -300,38 +295,6 @@ def test_the_receiver_routes_callbacks_and_refuses_bad_input_with_a_fault(schema
 
 # -- against a real OpenNSA ---------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture(scope="session")
-def opennsa() -> Iterator[str]:
-    """A real OpenNSA (dud backend, ports ps/port1/port2 with VLANs 1780-1799, holds time out after
-    TPC_TIMEOUT s) started by ../shared/tools/opennsa/setup.sh in a fresh /tmp dir: its CS2 URL."""
-    tool = Path(os.environ.get("TSDN_OPENNSA") or REPO.parent / "shared" / "tools" / "opennsa")
-    if not (tool / "setup.sh").is_file():
-        why = f"no OpenNSA recipe: {tool / 'setup.sh'} is not a file (set TSDN_OPENNSA to its directory)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    base = Path(tempfile.mkdtemp(prefix="tsdn-nsi-requester-", dir="/tmp"))
-    base.chmod(0o755)  # PostgreSQL runs as its own user when setup.sh runs as root
-    port = _free_port()
-    env = {**os.environ, "TPC_TIMEOUT": str(TPC_TIMEOUT), "RESET_DB": "0"}
-    started = subprocess.run([str(tool / "setup.sh"), str(base), str(port), str(_free_port())], env=env,
-                             capture_output=True, text=True, timeout=900)
-    try:
-        if started.returncode != 0:
-            pytest.fail(f"OpenNSA setup.sh failed ({started.returncode}):\n{started.stdout[-3000:]}\n"
-                        f"{started.stderr[-3000:]}")
-        yield f"http://127.0.0.1:{port}/NSI/services/CS2"
-    finally:
-        subprocess.run([str(tool / "stop.sh"), "--purge", str(base)], capture_output=True, timeout=120)
-        shutil.rmtree(base, ignore_errors=True)
-
-
 def run_with_peer(opennsa: str, scenario, **options) -> None:
     """Run `scenario(peer, notes)` against OpenNSA with tsdn's receiver served on 127.0.0.1."""
     async def main() -> None:
@@ -427,9 +390,9 @@ def test_a_hold_never_committed_times_out_with_a_notification(opennsa):
         held = await peer.reserve(f"{NET}:ps", f"{NET}:port2", 100, _hour_from_now(), source_vlan=1788,
                                   dest_vlan=1789)
         timeout = await notes.wait(lambda c: isinstance(c, nsi.ReserveTimeout)
-                                   and c.connection_id == held.connection_id, TPC_TIMEOUT + 30)
+                                   and c.connection_id == held.connection_id, OPENNSA_TPC_TIMEOUT + 30)
         assert (timeout.provider_nsa, timeout.timeout_seconds, timeout.originating_nsa) == (
-            OPENNSA, TPC_TIMEOUT, OPENNSA)
+            OPENNSA, OPENNSA_TPC_TIMEOUT, OPENNSA)
         with pytest.raises(nsi.NsiRefused, match="reserveCommit"):  # OpenNSA rolled the hold back
             await peer.commit(held.connection_id)
         await peer.terminate(held.connection_id)
@@ -439,7 +402,7 @@ def test_a_hold_never_committed_times_out_with_a_notification(opennsa):
 
 def test_a_callback_that_never_comes_times_out_naming_the_nsa_operation_and_connection(opennsa):
     async def main() -> None:
-        unheard = f"http://127.0.0.1:{_free_port()}{RECEIVER_PATH}"  # nobody listens: callbacks are lost
+        unheard = f"http://127.0.0.1:{free_port()}{RECEIVER_PATH}"  # nobody listens: callbacks are lost
         async with nsi.NsiPeer(OPENNSA, opennsa, TSDN, unheard, nsi.CallbackReceiver(TSDN),
                                callback_timeout=2.0) as peer:
             with pytest.raises(nsi.NsiTimeout) as late:
@@ -460,7 +423,7 @@ def test_a_callback_that_never_comes_times_out_naming_the_nsa_operation_and_conn
 def test_an_unreachable_provider_is_a_clear_error():
     async def main() -> None:
         receiver = nsi.CallbackReceiver(TSDN)
-        url = f"http://127.0.0.1:{_free_port()}/NSI/services/CS2"
+        url = f"http://127.0.0.1:{free_port()}/NSI/services/CS2"
         async with nsi.NsiPeer(OPENNSA, url, TSDN, f"http://127.0.0.1:1{RECEIVER_PATH}", receiver) as peer:
             with pytest.raises(nsi.NsiProtocolError, match=f"{OPENNSA} at {url} could not be reached for reserve"):
                 await peer.reserve(f"{NET}:ps", f"{NET}:port1", 100, _hour_from_now(), source_vlan=1792,

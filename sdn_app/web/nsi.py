@@ -196,7 +196,12 @@ class NsiApi:
         """One NSI request: its synchronous answer now, its confirmation to replyTo after."""
         body = await request.read()
         try:
-            message = nsi_soap.parse(body, request.headers.get("SOAPAction"))
+            action = request.headers.get("SOAPAction")
+            if action is not None and not (len(action.strip()) > 1 and action.strip()[0] == action.strip()[-1] == '"'):
+                # SOAP 1.1 (6.1.1) quotes the URI; OpenNSA refuses an unquoted one too
+                raise nsi_soap.SoapFault(f"SOAPAction {action!r} is not a quoted URI (SOAP 1.1: "
+                                         f'"{nsi_soap.ACTION_PREFIX}<operation>")', nsi_soap.PAYLOAD_ERROR)
+            message = nsi_soap.parse(body, action)
             nsi_soap.require_supported(message)
             if message.header.provider_nsa != self.nsa:
                 raise nsi_soap.SoapFault(f"nsiHeader.providerNSA {message.header.provider_nsa!r} is not this NSA "
