@@ -14,8 +14,8 @@ import collections
 import math
 
 from sdn_app.core.clock import Clock
-from sdn_app.core.errors import NoCapacity
-from sdn_app.core.label_plans import edge_plan, path_keys
+from sdn_app.core.errors import FailedPrecondition, NoCapacity
+from sdn_app.core.label_plans import PathKey, edge_plan, path_keys
 from sdn_app.core.labels import DEFAULT_GRACE, DEFAULT_LABELS, PathTable
 from sdn_app.core.paths import Route
 from sdn_app.core.plans import DEFAULT_MAX_METER_ID, FlowPlan, IdAllocator, Step, SwitchPlan, plan_for, plan_steps
@@ -95,16 +95,17 @@ class Installs:
         self._tokens.pop(reservation_id, None)
         self._awaiting_reconcile.pop(reservation_id, None)
 
-    def check_room(self, route: Route) -> None:
-        """Raise `NoCapacity` when installing a reservation on `route` would need meter ids or path
-        labels that are not free (checked before anything is booked)."""
+    def check_room(self, route: Route, src_vlan: int | None = None, dst_vlan: int | None = None) -> None:
+        """Raise `NoCapacity` when installing a reservation on `route` (with VLANs `src_vlan` and
+        `dst_vlan` at its ends, None: untagged) would need meter ids or path labels that are not
+        free (checked before anything is booked)."""
         ends = collections.Counter((route.primary.hops[0].switch, route.primary.hops[-1].switch))
         for switch, meters in sorted(ends.items()):  # a meter per direction at its ingress
             if self._ids.free(switch, "meter") < meters:
                 raise NoCapacity(f"switch {switch} has no free meter id: all {self._ids.limits['meter']} are in use "
                                  "(--max-meters)")
         if self.paths is not None:
-            self.paths.check_room([key for key in path_keys(route).values() if key is not None])
+            self.paths.check_room([key for key in path_keys(route, src_vlan, dst_vlan).values() if key is not None])
 
     def is_current(self, reservation_id: str, token: int | None) -> bool:
         """Whether a report on the change with `token` is about the reservation's latest one
@@ -178,20 +179,24 @@ class Installs:
         assert reservation.route is not None
         q = reservation.request
         if self.paths is None:
+            if q.src_vlan is not None or q.dst_vlan is not None:
+                raise FailedPrecondition(f"{reservation.id}: VLANs at a reservation's ends need the label flow "
+                                         f"design (--flow-design {LABELS}), not {self.design}")
             return plan_for(self.topology, reservation.id, q.src, q.dst, reservation.route, reservation.meter_bps,
                             self._ids, src_prefix=q.src_prefix, dst_prefix=q.dst_prefix)
         now = self._now()
         uses = {direction: self.paths.use(f"{reservation.id}/{direction}", key, now) if key is not None else None
-                for direction, key in path_keys(reservation.route).items()}
+                for direction, key in _keys(reservation).items()}
         return edge_plan(self.topology, reservation.id, q.src, q.dst, reservation.route, reservation.meter_bps,
-                         self._ids, uses, src_prefix=q.src_prefix, dst_prefix=q.dst_prefix)
+                         self._ids, uses, src_prefix=q.src_prefix, dst_prefix=q.dst_prefix, src_vlan=q.src_vlan,
+                         dst_vlan=q.dst_vlan)
 
     def _drop_paths(self, reservation: Reservation) -> None:
         """Let go of the paths the reservation used before its route changed."""
         if self.paths is None:
             return
         assert reservation.route is not None
-        keys = path_keys(reservation.route)
+        keys = _keys(reservation)
         for owner in _owners(reservation.id):
             key = keys[owner.split("/")[1]]
             self.paths.drop(owner, self._now(), keep=frozenset({key}) if key is not None else frozenset())
@@ -212,8 +217,14 @@ class Installs:
         """The labels of the paths the reservation's route uses (none with per-hop flows)."""
         if self.paths is None or reservation.route is None:
             return frozenset()
-        return frozenset(label for key in path_keys(reservation.route).values()
+        return frozenset(label for key in _keys(reservation).values()
                          if key is not None and (label := self.paths.label(key)) is not None)
+
+
+def _keys(reservation: Reservation) -> dict[str, PathKey | None]:
+    """The path key of each direction of the reservation on its route, with its ends' VLANs."""
+    assert reservation.route is not None
+    return path_keys(reservation.route, reservation.request.src_vlan, reservation.request.dst_vlan)
 
 
 def _owners(reservation_id: str) -> tuple[str, str]:

@@ -109,8 +109,7 @@ class PathTable:
 
     def check_room(self, keys: list[PathKey]) -> None:
         """Raise `NoCapacity` when `keys` (and their backups' keys) need more new labels than are free."""
-        new = {k for key in keys for k in (key, *([PathKey(key.backup)] if key.backup is not None else []))
-               if k not in self._label}
+        new = {k for key in keys for k in (key, key.backup_key()) if k is not None and k not in self._label}
         free = self.last - self.first + 1 - len(self._key)
         if len(new) > free:
             raise NoCapacity(f"every path label ({self.first}-{self.last}) is in use: {len(self._key)} route "
@@ -153,7 +152,9 @@ class PathTable:
         backup_label = None
         try:
             if key.backup is not None:
-                backup_label = self.use(f"{PATH_OWNER}{label}", PathKey(key.backup), now).label
+                backup_key = key.backup_key()
+                assert backup_key is not None
+                backup_label = self.use(f"{PATH_OWNER}{label}", backup_key, now).label
             plan = path_plan(self.topology, key, label, self.ids, backup_label)
         except Exception:
             del self._label[key], self._key[label]

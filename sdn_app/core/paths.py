@@ -61,6 +61,12 @@ class PathRequest:
     `2001:db8:1:2::/64`, `validation.prefix_pair`) name the traffic: with them the switches
     carry the IPv6 packets from an address in `src_prefix` to one in `dst_prefix` (and back),
     instead of the IPv4 packets between the two DTNs' own addresses (`plans.plan_for`).
+
+    `src_vlan` and `dst_vlan` (VLAN ids 1..4094, `validation.vlan_id`; label flow design only)
+    say how frames look at each end's port: None, untagged; N, carrying 802.1Q tag N (the
+    switches rewrite the tag on the way). With both, the reservation is a VLAN circuit: every
+    frame tagged `src_vlan` at src's port goes to dst's port tagged `dst_vlan`, and back,
+    whatever its addresses (`label_plans.edge_plan`).
     """
 
     src: str
@@ -75,6 +81,8 @@ class PathRequest:
     protect: bool = False
     src_prefix: str | None = None
     dst_prefix: str | None = None
+    src_vlan: int | None = None
+    dst_vlan: int | None = None
 
 
 @dataclass(frozen=True)

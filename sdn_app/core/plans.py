@@ -341,7 +341,9 @@ class GroupSpec:
     """A fast-failover group on `switch`: the first bucket whose watch port is live forwards.
 
     `buckets` are (watch_port, output_port) pairs, or (watch_port, output_port, label) when the
-    bucket pushes a path label's VLAN tag before its output; output_port may be `IN_PORT`.
+    bucket pushes a path label's VLAN tag before its output; output_port may be `IN_PORT`. With
+    `retag` the labelled buckets rewrite the VLAN id of the tag the frame already carries (a
+    reservation end with a VLAN of its own) instead of pushing one.
     """
 
     switch: str
@@ -349,6 +351,7 @@ class GroupSpec:
     group_id: int
     type: str = GROUP_TYPE_FF
     buckets: tuple[tuple[int, ...], ...]
+    retag: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
@@ -357,7 +360,8 @@ class GroupSpec:
 
     def describe(self) -> str:
         """One line for logs and test failures."""
-        buckets = ", ".join(f"watch {b[0]} -> {f'push:{b[2]} ' if len(b) > 2 else ''}{_port(b[1])}"
+        change = "set" if self.retag else "push"
+        buckets = ", ".join(f"watch {b[0]} -> {f'{change}:{b[2]} ' if len(b) > 2 else ''}{_port(b[1])}"
                             for b in self.buckets)
         return f"{self.switch} group:{self.group_id} {self.type} [{buckets}]"
 
@@ -618,20 +622,32 @@ class Traffic:
     backup: tuple[Hop, ...] | None
     forward: Match  # the booked direction's packets
     reverse: Match  # the acks'
-    twin: dict  # the fields that turn a flow's match into its address-resolution twin's
+    twin: dict | None  # the fields that turn a flow's match into its address-resolution twin's (None: no twin)
 
 
 def traffic_of(topology: Topology, src_dtn: str, dst_dtn: str, route: Route | Path, bandwidth_bps: int,
-               src_prefix: str | None = None, dst_prefix: str | None = None) -> Traffic:
+               src_prefix: str | None = None, dst_prefix: str | None = None, *, src_vlan: int | None = None,
+               dst_vlan: int | None = None) -> Traffic:
     """The matches and hops of a reservation from `src_dtn` to `dst_dtn` over `route`, checked:
-    `InvalidArgument` for a bandwidth that is not a positive whole number, a bad prefix pair, a
-    route between other DTNs, or a backup on the same switch or sharing a link with the primary."""
+    `InvalidArgument` for a bandwidth that is not a positive whole number, a bad prefix pair or
+    VLAN id, prefixes on a VLAN circuit, a route between other ends, or a backup on the same
+    switch or sharing a link with the primary.
+
+    With both `src_vlan` and `dst_vlan` (a VLAN circuit) the matches carry no address or
+    eth_type (every frame of the ends' VLANs, which the caller matches) and there is no twin;
+    the ends then need no addresses in the topology."""
     if isinstance(bandwidth_bps, bool) or not isinstance(bandwidth_bps, int) or bandwidth_bps <= 0:
         raise InvalidArgument(f"bandwidth: must be a positive whole number of bits/s, got {bandwidth_bps!r}")
     src_prefix, dst_prefix = validation.prefix_pair(src_prefix, dst_prefix)
+    tags = validation.vlan_id(src_vlan, "src_vlan"), validation.vlan_id(dst_vlan, "dst_vlan")
+    circuit = None not in tags
+    if circuit and src_prefix is not None:
+        raise InvalidArgument("src_prefix: a VLAN circuit (src_vlan and dst_vlan) carries every frame of its "
+                              "VLANs; leave the prefixes out")
     if isinstance(route, Path):
         route = Route(route)
-    src, dst = topology.dtn(src_dtn), topology.dtn(dst_dtn)
+    if not circuit:  # the ends are DTNs: their addresses, or the prefixes they hold
+        src, dst = topology.dtn(src_dtn), topology.dtn(dst_dtn)
     for path in (route.primary, route.backup):
         if path is not None and (path.src, path.dst) != (src_dtn, dst_dtn):
             raise InvalidArgument(f"route: {path.describe()} does not join {src_dtn} to {dst_dtn}")
@@ -644,7 +660,11 @@ def traffic_of(topology: Topology, src_dtn: str, dst_dtn: str, route: Route | Pa
         shared = set(route.primary.links) & set(route.backup.links)
         if shared:
             raise InvalidArgument(f"route: the backup shares link(s) {', '.join(sorted(shared))} with the primary")
-    if src_prefix is None or dst_prefix is None:
+    twin: dict | None
+    if circuit:
+        forward = reverse = Match(eth_type=None)
+        twin = None
+    elif src_prefix is None or dst_prefix is None:
         forward, twin = Match(ipv4_src=src.ipv4, ipv4_dst=dst.ipv4), {"eth_type": ETH_TYPE_ARP}
         reverse = Match(ipv4_src=dst.ipv4, ipv4_dst=src.ipv4)
     else:
@@ -674,6 +694,7 @@ def plan_for(topology: Topology, reservation_id: str, src_dtn: str, dst_dtn: str
     cookie = reservation_cookie(reservation_id)
     t = traffic_of(topology, src_dtn, dst_dtn, route, bandwidth_bps, src_prefix, dst_prefix)
     primary, backup, forward, reverse, twin = t.primary, t.backup, t.forward, t.reverse, t.twin
+    assert twin is not None  # no VLANs given: a VLAN circuit is the label design's alone
     builder = _Builder(topology, reservation_id, cookie, ids if ids is not None else IdAllocator())
     builder.direction(FORWARD, PRIORITY, forward, primary, backup, bandwidth_bps)
     builder.direction(REVERSE, REVERSE_PRIORITY, reverse, reversed_hops(primary),
@@ -697,7 +718,9 @@ def clash(new: PathRequest, other: PathRequest) -> str | None:
     apart (prefixes as `validation.prefix_pair` gives them).
 
     - Neither has prefixes: they collide when they are for the same ordered DTN pair (the
-      same IPv4 addresses at the same priority).
+      same IPv4 addresses at the same priority) and treat an end alike (both untagged there,
+      or the same VLAN: a classifier at that end would match both). VLAN circuits (both VLANs
+      given) with other VLANs than another reservation's at each end keep apart from it.
     - One has prefixes and the other not: never (IPv6 prefixes against IPv4 addresses).
     - Both have prefixes: each end of a reservation holds its prefix at its DTN, facing the
       other end's DTN. Two ends whose prefixes overlap collide (the same packets, or the same
@@ -707,7 +730,8 @@ def clash(new: PathRequest, other: PathRequest) -> str | None:
       of one DTN pair, whose flows differ in priority and lead to the same DTN.
     """
     if new.src_prefix is None or other.src_prefix is None:
-        if new.src_prefix is None and other.src_prefix is None and (new.src, new.dst) == (other.src, other.dst):
+        if new.src_prefix is None and other.src_prefix is None and (new.src, new.dst) == (other.src, other.dst) \
+                and (new.src_vlan == other.src_vlan or new.dst_vlan == other.dst_vlan):
             return f"{new.src} -> {new.dst}: the same DTN pair without prefixes"
         return None
     ends = (("src_prefix", "source", new.src, new.dst), ("dst_prefix", "destination", new.dst, new.src))

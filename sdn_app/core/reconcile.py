@@ -8,7 +8,7 @@ lack what it wants (flows deleted by hand, an install that failed on a disconnec
 OpenFlow adapter) and returns the ordered `Step`s, in the vocabulary of `plans.plan_steps`,
 that remove the difference and nothing else:
 
-1. delete the groups whose id is wanted but whose buckets (or type) differ (a group is never
+1. delete the groups whose id is wanted but whose buckets (or type, or retag) differ (a group is never
    modified in place; the switch removes the flows using it, which step 3 adds back);
 2. add missing meters and groups, modify meters whose rate or burst differ;
 3. add missing flows and modify differing ones (same key, other action, meter or cookie),
@@ -122,7 +122,8 @@ def reconcile(switch: str, expected: SwitchPlan, held: SwitchPlan,
         return Step(kind, (switch,), spec, old)
 
     replaced = [key for key, group in want_groups.items() if key in have_groups
-                and (have_groups[key].type, have_groups[key].buckets) != (group.type, group.buckets)]
+                and (have_groups[key].type, have_groups[key].buckets, have_groups[key].retag)
+                != (group.type, group.buckets, group.retag)]
     replace_groups = [step(StepKind.DELETE_GROUP, have_groups[key]) for key in replaced]
     gone_group_ids = {key[1] for key in replaced}
 

@@ -414,6 +414,14 @@ class ReservationBook:
         labels = _check_labels(labels or {})
         validation.request_id(request_id)
         src_prefix, dst_prefix = validation.prefix_pair(request.src_prefix, request.dst_prefix)
+        src_vlan = validation.vlan_id(request.src_vlan, "src_vlan")
+        dst_vlan = validation.vlan_id(request.dst_vlan, "dst_vlan")
+        if src_vlan is not None and dst_vlan is not None and src_prefix is not None:
+            raise InvalidArgument("src_prefix: a VLAN circuit (src_vlan and dst_vlan) carries every frame of its "
+                                  "VLANs; leave the prefixes out")
+        if (src_vlan is not None or dst_vlan is not None) and self.installs.design != LABELS:
+            raise FailedPrecondition(f"src_vlan/dst_vlan: VLANs at a reservation's ends need the label flow design "
+                                     f"(--flow-design {LABELS}); this controller runs {self.installs.design}")
         request = replace(request, src_prefix=src_prefix, dst_prefix=dst_prefix)
         earlier = self._by_request_id(principal.name, request_id) if request_id else None
         if earlier is not None:
@@ -433,7 +441,7 @@ class ReservationBook:
         self._check_hosts(request)
         route = planned or self.finder.route(request)
         if self.provisioning:
-            self.installs.check_room(route)
+            self.installs.check_room(route, request.src_vlan, request.dst_vlan)
         if terms.hold:
             state, reason = State.HELD, f"held until {format_time(now + self.hold_timeout)}: commit or abort"
         else:
@@ -518,7 +526,11 @@ class ReservationBook:
         prefixes, one reservation per ordered DTN pair at a time, since the switches tell them
         apart by the pair's addresses; with prefixes, prefixes that keep apart from every other
         reservation's. (Bookings alone, without switches, may overlap.) `batch`: the requests of a
-        `create_many` trial admitted so far, kept apart from in the same way."""
+        `create_many` trial admitted so far, kept apart from in the same way.
+
+        A VLAN at an end's switch port is held by one live reservation at a time, with or without
+        switches (`_check_vlans`)."""
+        self._check_vlans(request, ignore, batch)
         if not self.provisioning:
             return
         may_clash = _clash_filter(request)
@@ -550,6 +562,29 @@ class ReservationBook:
             raise FailedPrecondition(
                 f"{why} of {other.name} ({q.src} -> {q.dst}, {window}): the switches could not tell the two "
                 "reservations' traffic apart; use prefixes of its own, or a window after it")
+
+    def _check_vlans(self, request: PathRequest, ignore: str = "", batch: _BatchSoFar | None = None) -> None:
+        """Refuse a request that would use a VLAN at a switch port (its ends' `src_vlan` and
+        `dst_vlan`) that a live reservation other than `ignore`, or an earlier request of
+        `batch`, uses there in an overlapping window."""
+        mine = _vlan_ports(self.topology, request)
+        if not mine:
+            return
+        holders = [(f"requests[{index}] of this batch", q) for index, q in batch.tagged()] if batch is not None else []
+        tagged = [r for r in self._live.values()
+                  if r.id != ignore and (r.request.src_vlan is not None or r.request.dst_vlan is not None)]
+        holders += [(r.name, r.request) for r in sorted(tagged, key=lambda r: (r.created, r.id))]
+        for holder, q in holders:
+            if not (q.start < request.end and request.start < q.end):
+                continue
+            theirs = _vlan_ports(self.topology, q)
+            for place, (field, end) in mine.items():
+                if place in theirs:
+                    switch, port, vlan = place
+                    raise FailedPrecondition(
+                        f"{field}: VLAN {vlan} at {switch} port {port} ({end}) is held by {holder} ({q.src} -> "
+                        f"{q.dst}, {format_window(q.start, q.end)}); one reservation per VLAN at a port at a time: "
+                        "pick another VLAN, or a window after it")
 
     def _check_hosts(self, request: PathRequest) -> None:
         """Refuse more than either DTN's host can carry (NIC or PCIe slot, as its agent found)."""
@@ -1071,14 +1106,21 @@ class _BatchSoFar:
         self._on_pair: dict[tuple[str, str], list[tuple[int, PathRequest]]] = {}
         self._prefixed: dict[int, PathRequest] = {}
         self._prefixes = PrefixIndex()
+        self._tagged: list[tuple[int, PathRequest]] = []
 
     def add(self, index: int, request: PathRequest) -> None:
         """Item `index` of the batch was admitted in the trial as `request`."""
+        if request.src_vlan is not None or request.dst_vlan is not None:
+            self._tagged.append((index, request))
         if request.src_prefix is None or request.dst_prefix is None:
             self._on_pair.setdefault((request.src, request.dst), []).append((index, request))
         else:
             self._prefixed[index] = request
             self._prefixes.add(index, (request.src_prefix, request.dst_prefix))
+
+    def tagged(self) -> list[tuple[int, PathRequest]]:
+        """(index, request) of the admitted ones with a VLAN at an end."""
+        return list(self._tagged)
 
     def candidates(self, request: PathRequest) -> list[tuple[int, PathRequest]]:
         """(index, request) of the admitted ones whose flows `request`'s could collide with."""
@@ -1086,6 +1128,16 @@ class _BatchSoFar:
             return self._on_pair.get((request.src, request.dst), [])
         near = self._prefixes.candidates((request.src_prefix, request.dst_prefix))
         return sorted((index, self._prefixed[index]) for index in near)  # type: ignore[index]
+
+
+def _vlan_ports(topology: Topology, request: PathRequest) -> dict[tuple[str, int, int], tuple[str, str]]:
+    """(switch, port, VLAN) of each tagged end of `request` -> (its field, the end's name)."""
+    found = {}
+    for field, end, vlan in (("src_vlan", request.src, request.src_vlan), ("dst_vlan", request.dst, request.dst_vlan)):
+        if vlan is not None:
+            up, _ = topology.access(end)
+            found[(up.dst, up.dst_port, vlan)] = (field, end)
+    return found
 
 
 def _clash_filter(new: PathRequest) -> Callable[[PathRequest], bool]:
@@ -1161,5 +1213,5 @@ def _check_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
 def _same_request(a: PathRequest, b: PathRequest) -> bool:
     """Whether a retry asks for the same thing (times may differ: 'now' moves between retries)."""
     keys = ("src", "dst", "bandwidth", "policy", "include", "exclude", "max_hops", "protect", "src_prefix",
-            "dst_prefix")
+            "dst_prefix", "src_vlan", "dst_vlan")
     return all(getattr(a, k) == getattr(b, k) for k in keys)

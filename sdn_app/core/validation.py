@@ -38,6 +38,7 @@ MAX_CPU_ID = 65_535
 MAX_NUMA_NODE = 1023  # Linux's largest (CONFIG_NODES_SHIFT=10); -1 means unknown
 MAX_PORT = 65_535
 MAX_MTU = 1 << 20
+MAX_VLAN = 4094  # 802.1Q VLAN ids 1..4094 (0 is "no VLAN", 4095 reserved)
 REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 _MULTICAST = ipaddress.IPv6Network("ff00::/8")
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
@@ -176,6 +177,18 @@ def _checked_pair(src: object, dst: object) -> tuple[str, str]:
         raise InvalidArgument(f"dst_prefix: {target} overlaps src_prefix {source}; each end needs a prefix of "
                               "its own")
     return source, target
+
+
+def vlan_id(value: object, field: str) -> int | None:
+    """`value` if it is None (the end's frames are untagged) or a VLAN id: a whole number 1..4094
+    (a bool is not one)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{field}: a VLAN id, a whole number 1..{MAX_VLAN}, got {shown(value)}")
+    if not 1 <= value <= MAX_VLAN:
+        raise InvalidArgument(f"{field}: VLAN {value} is outside 1..{MAX_VLAN}")
+    return value
 
 
 def request_id(value: str, field: str = "request_id") -> str:

@@ -258,13 +258,18 @@ def delete_meter(dp: Any, meter: MeterSpec) -> Any:
 
 
 def add_group(dp: Any, group: GroupSpec) -> Any:
-    """OFPGC_ADD of a fast-failover group: bucket i watches its port and outputs to its output."""
+    """OFPGC_ADD of a fast-failover group: bucket i watches its port and outputs to its output,
+    after pushing its label (or, with `retag`, rewriting the frame's VLAN id to it)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     if group.type != "ff":
         raise ValueError(f"only fast-failover groups are encoded, not {group.describe()}")
+
+    def relabel(bucket: tuple[int, ...]) -> list[Any]:
+        if len(bucket) < 3:
+            return []
+        return label_actions(dp, set_=bucket[2]) if group.retag else label_actions(dp, push=bucket[2])
     buckets = [parser.OFPBucket(weight=0, watch_port=bucket[0], watch_group=ofp.OFPG_ANY,
-                                actions=[*label_actions(dp, push=bucket[2] if len(bucket) > 2 else None),
-                                         parser.OFPActionOutput(_port(dp, bucket[1]), 0)])
+                                actions=[*relabel(bucket), parser.OFPActionOutput(_port(dp, bucket[1]), 0)])
                for bucket in group.buckets]
     return parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_FF, group_id=group.group_id,
                               buckets=buckets)
@@ -699,22 +704,27 @@ def group_from_stats(dp: Any, stats: Any, switch: str) -> GroupSpec:
     """The `GroupSpec` of a group as `dp` reports it (an `OFPGroupDescStats`), on `switch`.
 
     The type is named as in `GroupSpec` ("ff"; "all", "select", "indirect" for the others); a
-    bucket whose actions are not one output has output `NO_OUTPUT`.
+    bucket whose actions are not one output has output `NO_OUTPUT`. Buckets that rewrite the
+    VLAN id decode as labelled buckets of a `retag` group, when no bucket pushes one.
     """
     ofp = dp.ofproto
     kind = next((name for const, name in _GROUP_TYPES.items() if getattr(ofp, const) == stats.type),
                 f"type {stats.type}")
+    decoded = [(bucket.watch_port, _decoded_actions(dp, bucket.actions)) for bucket in stats.buckets]
+    retag = any(a.set_label is not None for _, a in decoded) and not any(a.push_label is not None for _, a in decoded)
     buckets: list[tuple[int, ...]] = []
-    for bucket in stats.buckets:
-        actions = _decoded_actions(dp, bucket.actions)
+    for watch_port, actions in decoded:
         if actions.group_id is not None or actions.output is None or actions.pop_label \
-                or actions.set_label is not None:
-            buckets.append((bucket.watch_port, NO_OUTPUT))
-        elif actions.push_label is not None:
-            buckets.append((bucket.watch_port, actions.output, actions.push_label))
+                or (actions.set_label is not None and not retag):
+            buckets.append((watch_port, NO_OUTPUT))
+        elif actions.push_label is not None or actions.set_label is not None:
+            label = actions.push_label if actions.push_label is not None else actions.set_label
+            assert label is not None
+            buckets.append((watch_port, actions.output, label))
         else:
-            buckets.append((bucket.watch_port, actions.output))
-    return GroupSpec(switch=switch, dpid=dp.id, group_id=stats.group_id, type=kind, buckets=tuple(buckets))
+            buckets.append((watch_port, actions.output))
+    return GroupSpec(switch=switch, dpid=dp.id, group_id=stats.group_id, type=kind, buckets=tuple(buckets),
+                     retag=retag)
 
 
 def delete_flow_as_held(dp: Any, stats: Any) -> Any:
