@@ -30,6 +30,16 @@ most /24) that covers all DTN addresses, widened while a DTN address would be th
 prefix's broadcast address. ring8 gets 10.0.0.0/24, sc16 10.16.0.0/19: all DTNs share one
 L2/L3 segment and reach each other by ARP through the fabric.
 
+Domains. Each interdomain port is cabled (a TCLink shaped to the port's capacity, per direction)
+to port 1 of a bridge of its own, `w1`, `w2`, ... in file order: a plain Open vSwitch bridge on the
+userspace datapath in standalone mode (`fail_mode=standalone`, no controller, so its one flow is
+NORMAL: MAC learning that passes any VLAN), standing in for the neighbour's WAN; tsdn does not
+control it. Each remote DTN beyond that port is a host on that bridge (ports 2, 3, ... in file
+order), with the file's address and MAC on an untagged, unshaped interface `h<i>-eth0`: tagging
+is the test's business (a VLAN subinterface, with its transmit checksum offload off too, where the
+kernel has 802.1Q; this machine's has none, so mininet_tests/test_interdomain_builder.py sends
+tagged frames from raw sockets). `TsdnTopo.mn_name("to-rnp")` names the bridge of port to-rnp.
+
 Checksums. With the userspace datapath, TCP stalls unless transmit checksum offload is off
 on every host interface: the DTN side of each access link is configured with `txo=False`
 and `start_network` runs `ethtool -K <intf> tx off` again after start.
@@ -109,7 +119,7 @@ from pathlib import Path
 
 from mininet.link import TCLink
 from mininet.net import Mininet
-from mininet.node import Host, OVSSwitch, RemoteController
+from mininet.node import Host, OVSBridge, OVSSwitch, RemoteController
 from mininet.topo import Topo
 
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -263,6 +273,8 @@ class TsdnTopo(Topo):
             self._to_mn[switch.name] = f"s{i}"
         for i, dtn in enumerate(spec.dtns, 1):
             self._to_mn[dtn.name] = f"h{i}"
+        for i, port in enumerate(spec.interdomain, 1):
+            self._to_mn[port.name] = f"w{i}"
         self._to_topo = {mn: name for name, mn in self._to_mn.items()}
         self.mbps = self._emulated_rates()
         self._check_ports()
@@ -276,7 +288,8 @@ class TsdnTopo(Topo):
         for direction in self.topology.directions.values():
             mbps = emulated_mbps(direction.capacity, self.scale)
             if not MIN_TCLINK_MBPS <= mbps <= MAX_TCLINK_MBPS * (1 + 1e-9):
-                what = "DTN access link" if direction.is_access else "link"
+                what = "interdomain port" if direction.is_interdomain else \
+                    "DTN access link" if direction.is_access else "link"
                 hint = ""
                 if largest > 0:
                     hint = (f"; scales up to {MAX_TCLINK_MBPS * 1e6 / largest:.6g} keep every link of "
@@ -293,7 +306,8 @@ class TsdnTopo(Topo):
     def _check_ports(self) -> None:
         used = [(link.a, link.a_port, link.label) for link in self.topology.spec.links]
         used += [(link.b, link.b_port, link.label) for link in self.topology.spec.links]
-        used += [(dtn.switch, dtn.port, f"DTN {dtn.name}") for dtn in self.topology.spec.dtns]
+        used += [(dtn.switch, dtn.port, f"DTN {dtn.name}") for dtn in self.topology.spec.dtns if dtn.beyond is None]
+        used += [(port.switch, port.port, f"interdomain port {port.name}") for port in self.topology.spec.interdomain]
         for switch, port, owner in used:
             if port > MAX_OFPORT:
                 raise InvalidArgument(
@@ -330,19 +344,43 @@ class TsdnTopo(Topo):
                 raise InvalidArgument(f"DTN {dtn.name}: MAC {dtn.mac} is the one of a cross-traffic host")
         return tuple(s.name for s in self.topology.spec.switches if s.name in wanted)
 
+    def wan_dpids(self) -> dict[str, str]:
+        """Interdomain port -> dpid (hex) of its WAN bridge: 0xffff000000000001 up, none a switch's."""
+        taken = {switch.dpid for switch in self.topology.spec.switches}
+        dpids: dict[str, str] = {}
+        number = 0xFFFF << 48
+        for port in self.topology.spec.interdomain:
+            number += 1
+            while number in taken:
+                number += 1
+            dpids[port.name] = f"{number:016x}"
+        return dpids
+
     def build(self, *args, **params) -> None:
-        """Add the file's switches, DTNs, links and access links, and the cross-traffic hosts asked for."""
+        """Add the file's switches, DTNs, links and access links, a WAN bridge per interdomain port
+        with the remote DTNs beyond it, and the cross-traffic hosts asked for."""
         spec = self.topology.spec
         for switch in spec.switches:
             self.addSwitch(self.mn_name(switch.name), cls=TsdnSwitch, dpid=f"{switch.dpid:016x}",
                            failMode="secure", datapath="user", protocols="OpenFlow13", reconnectms=MAX_BACKOFF_MS)
+        for port, dpid in self.wan_dpids().items():  # OVSBridge: standalone, ignores every controller
+            self.addSwitch(self.mn_name(port), cls=OVSBridge, dpid=dpid, datapath="user")
         for dtn in spec.dtns:
             self.addHost(self.mn_name(dtn.name), ip=f"{dtn.ipv4}/{self.prefix_length}", mac=dtn.mac)
         for link in spec.links:
             forward, backward = self.topology.link_directions[link.label]
             self.addLink(self.mn_name(link.a), self.mn_name(link.b), port1=link.a_port, port2=link.b_port,
                          cls=TCLink, params1={"bw": self.mbps[forward.id]}, params2={"bw": self.mbps[backward.id]})
+        for port in spec.interdomain:
+            inward, outward = self.topology.access(port.name)
+            self.addLink(self.mn_name(port.switch), self.mn_name(port.name), port1=port.port, port2=1, cls=TCLink,
+                         params1={"bw": self.mbps[outward.id]}, params2={"bw": self.mbps[inward.id]})
+            for j, name in enumerate(self.topology.remote_site_dtns(port.name), 2):
+                self.addLink(self.mn_name(name), self.mn_name(port.name), port1=0, port2=j, cls=TCLink,
+                             params1={"txo": False})
         for dtn in spec.dtns:
+            if dtn.beyond is not None:
+                continue
             up, down = self.topology.access(dtn.name)
             self.addLink(self.mn_name(dtn.name), self.mn_name(dtn.switch), port1=0, port2=dtn.port, cls=TCLink,
                          params1={"bw": self.mbps[up.id], "txo": False}, params2={"bw": self.mbps[down.id]})
@@ -370,14 +408,15 @@ class TsdnTopo(Topo):
         return f"02:c5:00:{index >> 16 & 0xff:02x}:{index >> 8 & 0xff:02x}:{index & 0xff:02x}"
 
     def mn_name(self, name: str) -> str:
-        """Return the Mininet node name (`s3`, `h7`) of switch or DTN `name` of the file."""
+        """Return the Mininet node name (`s3`, `h7`, `w1`) of switch, DTN or interdomain port (its WAN
+        bridge) `name` of the file."""
         try:
             return self._to_mn[name]
         except KeyError:
-            raise NotFound(f"no switch or DTN {name!r} in topology {self.topology.name}") from None
+            raise NotFound(f"no switch, DTN or interdomain port {name!r} in topology {self.topology.name}") from None
 
     def topo_name(self, mn_name: str) -> str:
-        """Return the file's name of the switch or DTN that Mininet calls `mn_name`."""
+        """Return the file's name of the switch, DTN or interdomain port that Mininet calls `mn_name`."""
         try:
             return self._to_topo[mn_name]
         except KeyError:
@@ -393,7 +432,7 @@ class TsdnTopo(Topo):
         return f"{self.mn_name(dtn)}-eth0"
 
     def mininet_names(self) -> dict[str, str]:
-        """Return the whole mapping, file name -> Mininet name, switches then DTNs in file order."""
+        """Return the whole mapping, file name -> Mininet name: switches, DTNs, interdomain ports, in file order."""
         return dict(self._to_mn)
 
 
@@ -420,6 +459,12 @@ class RunningNetwork:
     def switch_intf(self, switch: str, port: int) -> str:
         """Return the interface name of port `port` of switch `switch`."""
         return self.topo.switch_intf(switch, port)
+
+    def wan_bridge(self, port: str) -> OVSBridge:
+        """Return the standalone bridge standing in for the neighbour's WAN beyond interdomain port `port`."""
+        if port not in self.topology.interdomain:
+            raise NotFound(f"no interdomain port {port!r} in topology {self.topology.name}")
+        return self.mn.get(self.topo.mn_name(port))
 
     def host_intf(self, dtn: str) -> str:
         """Return the interface name of DTN `dtn` inside its host."""
@@ -517,6 +562,7 @@ def disable_tx_checksum_offload(net: Mininet) -> None:
 def _remove_leftovers(topo: TsdnTopo) -> None:
     """Delete this network's bridges and root-namespace interfaces if `Mininet.stop` left any."""
     switches = [topo.mn_name(s.name) for s in topo.topology.spec.switches]
+    switches += [topo.mn_name(p.name) for p in topo.topology.spec.interdomain]
     if switches:
         command = ["ovs-vsctl", "--timeout=10"]
         for name in switches:

@@ -7,7 +7,15 @@ caller's default. Zoo files carry no latency, so none is set: path policy then c
 for every link alike. Attributes vary from file to file, so everything is optional and
 every fallback is reported in `ZooImport.warnings`.
 
-Command line: `python -m topologies.zoo_import FILE.graphml --capacity 100G [--dtns] [-o OUT.yaml]`.
+Domains. `interdomain=["NODE=NSA,STP,VLANS[,URL]", ...]` (the command line's repeatable
+`--interdomain`) marks Zoo nodes that lead to another domain: such a node's attachment (the
+port a DTN would get) becomes an interdomain port `<switch>-interdomain` to the neighbour
+named by its NSA id, with the neighbour's STP facing it, the VLAN range both sides allow and
+optionally the neighbour's NSI provider URL, at the default capacity; the node gets no DTN.
+NODE is a Zoo node id, a switch name the import gives, or a node label.
+
+Command line: `python -m topologies.zoo_import FILE.graphml --capacity 100G [--dtns]
+[--interdomain NODE=NSA,STP,VLANS[,URL]]... [-o OUT.yaml]`.
 """
 
 from __future__ import annotations
@@ -34,7 +42,12 @@ from sdn_app.core.topology_schema import (
     MAX_TOPOLOGY_DESCRIPTION,
     TopologySpec,
     dump_topology_spec,
+    format_vlans,
     parse_topology_spec,
+    read_nsa_id,
+    read_provider_url,
+    read_stp,
+    read_vlans,
 )
 from sdn_app.core.units import format_bandwidth, parse_bandwidth
 
@@ -42,6 +55,8 @@ MAX_NAME = 63  # NAME_PATTERN allows 63 characters
 SWITCH_NAME_MAX = 50  # leaves room for "-dtn" and duplicate suffixes
 SITE_NAME_MAX = 72  # SiteSpec allows 80; leaves room for duplicate suffixes
 DTN_SUFFIX = "-dtn"
+INTERDOMAIN_SUFFIX = "-interdomain"
+INTERDOMAIN_FLAG = "--interdomain"
 _DTN_HOSTS_PER_SUBNET = 254  # 10.x.y.1 .. 10.x.y.254
 MAX_DTNS = _DTN_HOSTS_PER_SUBNET * 256 * 256
 MAX_CAPACITY = 10**18  # 1 Eb/s: anything above is a typo, not a link
@@ -222,6 +237,54 @@ def _capacity(data: dict[str, Any], default: int, edge: str, notes: list[str]) -
     return default, False
 
 
+@dataclass(frozen=True)
+class InterdomainMark:
+    """One `--interdomain NODE=NSA,STP,VLANS[,URL]`: a Zoo node that leads to another domain."""
+
+    node: str
+    nsa: str
+    stp: str
+    vlans: tuple[int, int]
+    url: str | None = None
+
+
+def parse_interdomain(value: str) -> InterdomainMark:
+    """Read one `--interdomain` value `NODE=NSA,STP,VLANS[,URL]`; `InvalidArgument` naming the flag."""
+    what = f"{INTERDOMAIN_FLAG} {value!r}"
+    node, equals, rest = value.partition("=")
+    parts = [part.strip() for part in rest.split(",")]
+    if not equals or not node.strip() or len(parts) not in (3, 4):
+        raise InvalidArgument(f"{what}: expected NODE=NSA_URN,STP_URN,VLANS[,PROVIDER_URL], e.g. "
+                              "chicago=urn:ogf:network:i2.net:nsa,urn:ogf:network:i2.net:topology:chicago,1780-1799")
+    url = read_provider_url(parts[3], f"{what}: provider URL") if len(parts) == 4 else None
+    return InterdomainMark(node.strip(), read_nsa_id(parts[0], f"{what}: NSA id"), read_stp(parts[1], f"{what}: STP"),
+                           read_vlans(parts[2], f"{what}: VLANs"), url)
+
+
+def _marked_nodes(marks: list[InterdomainMark], nodes: list[tuple[Any, dict[str, Any]]], switch_of: dict[Any, str],
+                  labels: dict[Any, str], hyper: set[Any], source: str) -> dict[Any, InterdomainMark]:
+    """Zoo node -> its mark: each NODE is a node id, else a switch name, else a label naming one node."""
+    marked: dict[Any, InterdomainMark] = {}
+    for mark in marks:
+        what = f"{INTERDOMAIN_FLAG} {mark.node}"
+        found = [n for n, _ in nodes if str(n) == mark.node] or [n for n, _ in nodes if switch_of[n] == mark.node] \
+            or [n for n, _ in nodes if labels[n] and labels[n].lower() == mark.node.lower()]
+        if not found:
+            raise InvalidArgument(f"{what}: no node {mark.node!r} in {source} (give a node id, a label, or the "
+                                  "switch name the import gives it)")
+        if len(found) > 1:
+            raise InvalidArgument(f"{what}: label {mark.node!r} names {len(found)} nodes (ids "
+                                  f"{_listing([str(n) for n in found])}); give a node id")
+        node = found[0]
+        if node in hyper:
+            raise InvalidArgument(f"{what}: node {node} is a hyperedge (a shared medium), not a place that can lead "
+                                  "to another domain")
+        if node in marked:
+            raise InvalidArgument(f"{what}: node {node} ({switch_of[node]}) is marked twice")
+        marked[node] = mark
+    return marked
+
+
 def _dtn_address(index: int) -> tuple[str, str]:
     """IPv4 10.x.y.z (z in 1..254) and a locally administered MAC, both unique per `index`."""
     subnet, host = divmod(index, _DTN_HOSTS_PER_SUBNET)
@@ -238,14 +301,21 @@ def _components(graph: nx.Graph) -> list[int]:
     return sorted((len(part) for part in nx.connected_components(simple)), reverse=True)
 
 
-def import_zoo(path: str | Path, link_capacity: int, with_dtns: bool = False, name: str | None = None) -> ZooImport:
+def import_zoo(path: str | Path, link_capacity: int, with_dtns: bool = False, name: str | None = None,
+               interdomain: Iterable[str | InterdomainMark] = ()) -> ZooImport:
     """Convert an Internet Topology Zoo GraphML file into a tsdn topology spec.
 
     `link_capacity` (bits/s; "100G" is accepted too) is used for edges whose file gives no
     readable speed, and as each DTN's NIC speed when `with_dtns` is true. `name` overrides
-    the topology name taken from the file. Raises `InvalidArgument` naming the file when it
-    is missing, not XML, not GraphML or has no nodes. The returned spec always validates.
+    the topology name taken from the file. `interdomain` marks nodes that lead to another
+    domain (`--interdomain` values, see the module's docstring). Raises `InvalidArgument`
+    naming the file when it is missing, not XML, not GraphML or has no nodes, and naming
+    `--interdomain` for a bad mark. The returned spec always validates.
     """
+    if isinstance(interdomain, str):
+        raise InvalidArgument(f"{INTERDOMAIN_FLAG}: a list of NODE=NSA,STP,VLANS values, got the string "
+                              f"{interdomain!r}")
+    marks = [m if isinstance(m, InterdomainMark) else parse_interdomain(m) for m in interdomain]
     path = Path(path)
     source = str(path)
     try:
@@ -357,11 +427,28 @@ def import_zoo(path: str | Path, link_capacity: int, with_dtns: bool = False, na
         notes.append(f"{len(no_coordinates)} of {len(sites)} site(s) lack valid Latitude/Longitude and have no "
                      f"map position: {_listing(no_coordinates)}")
 
+    marked = _marked_nodes(marks, nodes, switch_of, labels, hyper, source)
+    ports: list[dict[str, Any]] = []
+    spec_of = {spec["name"]: spec for spec in switches}
+    for node, mark in marked.items():
+        switch = switch_of[node]
+        port = next_port[switch]
+        next_port[switch] += 1
+        spec_of[switch]["ports"].append(port)
+        entry: dict[str, Any] = {"name": _claim(switch, taken, tail=INTERDOMAIN_SUFFIX), "switch": switch,
+                                 "port": port, "capacity": default, "vlans": format_vlans(mark.vlans),
+                                 "peer": {"nsa": mark.nsa, "stp": mark.stp},
+                                 "description": _clip(f"to {mark.nsa} (Zoo node {node})", MAX_DESCRIPTION)}
+        if mark.url is not None:
+            entry["peer"]["url"] = mark.url
+        ports.append(entry)
+
     dtns: list[dict[str, Any]] = []
     if with_dtns:
         dtn_renamed: list[str] = []
-        hyper_switches = {switch_of[h] for h in hyper}
-        for index, switch_spec in enumerate(s for s in switches if s["name"] not in hyper_switches):
+        # A marked node's attachment is its interdomain port: it gets no DTN.
+        no_dtn = {switch_of[h] for h in hyper} | {switch_of[n] for n in marked}
+        for index, switch_spec in enumerate(s for s in switches if s["name"] not in no_dtn):
             switch = switch_spec["name"]
             port = next_port[switch]
             next_port[switch] += 1
@@ -386,6 +473,8 @@ def import_zoo(path: str | Path, link_capacity: int, with_dtns: bool = False, na
     data = {"name": topo_name, "description": _clip(description, MAX_TOPOLOGY_DESCRIPTION), "switches": switches,
             "links": links,
             "dtns": dtns, "sites": sites}
+    if ports:
+        data["interdomain"] = ports
     spec = parse_topology_spec(data, source)
     return ZooImport(spec=spec, warnings=notes)
 
@@ -397,10 +486,14 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--capacity", default="100G", help="capacity of links without a speed, e.g. 100G (default)")
     parser.add_argument("--dtns", action="store_true", help="attach one DTN to every switch")
     parser.add_argument("--name", help="topology name (default: from the file)")
+    parser.add_argument(INTERDOMAIN_FLAG, action="append", default=[], metavar="NODE=NSA,STP,VLANS[,URL]",
+                        help="the node leads to another domain: its attachment becomes an interdomain port "
+                             "(repeatable)")
     parser.add_argument("-o", "--output", help="write the YAML here instead of stdout")
     args = parser.parse_args(None if argv is None else list(argv))
     try:
-        result = import_zoo(args.graphml, parse_bandwidth(args.capacity, "--capacity"), args.dtns, args.name)
+        result = import_zoo(args.graphml, parse_bandwidth(args.capacity, "--capacity"), args.dtns, args.name,
+                            interdomain=args.interdomain)
     except InvalidArgument as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

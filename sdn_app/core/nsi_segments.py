@@ -31,7 +31,7 @@ from sdn_app.core.errors import FailedPrecondition, NotFound
 from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
 
 SEGMENT_LABEL = "tsdn/nsi-peer"  # on a reservation with a remote end: the neighbour NSA booking the rest
-PRINCIPAL = Principal("tsdn-nsi", Role.ADMIN)  # who commits and fails reservations for their segments
+PRINCIPAL = Principal("tsdn-nsi-segments", Role.ADMIN)  # who commits and fails reservations for their segments
 PHASES = ("reserving", "committing", "provisioning", "active", "releasing", "terminated", "failed")
 OPEN_PHASES = ("reserving", "committing", "provisioning")  # the two-phase transaction is under way
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from sdn_app.core import reservation_store as store
-from sdn_app.core import schedules, validation
+from sdn_app.core import schedules, validation, vlans
 from sdn_app.core.clock import Clock
 from sdn_app.core.decisions import Decision, Kind, ShareChange, Trigger, render
 from sdn_app.core.errors import (
@@ -59,6 +59,8 @@ from sdn_app.core.labels import DEFAULT_GRACE, DEFAULT_LABELS
 from sdn_app.core.ledger import AlsoWrite, Ledger
 from sdn_app.core.ledger_repair import LedgerRepair
 from sdn_app.core.link_repair import LinkRepair
+from sdn_app.core.nsi_segments import PRINCIPAL as SEGMENT_PRINCIPAL
+from sdn_app.core.nsi_segments import SEGMENT_LABEL
 from sdn_app.core.paths import PathFinder, PathRequest, Route
 from sdn_app.core.plans import COOKIE_ID_MASK, DEFAULT_MAX_METER_ID, SwitchPlan, clash, is_path_cookie_bits
 from sdn_app.core.prefix_index import PrefixIndex
@@ -437,12 +439,16 @@ class ReservationBook:
         priority = check_terms(principal, request, terms)
         if request.end <= now:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
+        request, labels, terms = self._remote_end(request, labels, terms)
         self._check_apart(request, batch=batch)
         self._check_hosts(request)
         route = planned or self.finder.route(request)
         if self.provisioning:
             self.installs.check_room(route, request.src_vlan, request.dst_vlan)
-        if terms.hold:
+        if SEGMENT_LABEL in labels:
+            state, reason = State.HELD, (f"held until {format_time(now + self.hold_timeout)}: waiting for its WAN "
+                                         f"segment from {labels[SEGMENT_LABEL]} (NSI)")
+        elif terms.hold:
             state, reason = State.HELD, f"held until {format_time(now + self.hold_timeout)}: commit or abort"
         else:
             state, reason = (State.SCHEDULED, "") if request.start > now else self._started(terms.provision)
@@ -462,6 +468,37 @@ class ReservationBook:
                                if terms.schedule else {}))
         self._remember(reservation)
         return self._begin(None, reservation, f"{reservation.name} admitted")
+
+    def _remote_end(self, request: PathRequest, labels: Mapping[str, str],
+                    terms: Terms) -> tuple[PathRequest, Mapping[str, str], Terms]:
+        """A request to a DTN beyond an inter-domain port: a hold labelled with the neighbour's NSA
+        (its WAN segment is booked over NSI before it is committed: `nsi_segments`), tagged at that
+        port with the first VLAN of the port's range free in its window (or the one asked for)."""
+        remote = [(end, name) for end, name in (("src", request.src), ("dst", request.dst))
+                  if self.topology.is_remote(name)]
+        if not remote:
+            if SEGMENT_LABEL in labels:
+                raise InvalidArgument(f"labels: {SEGMENT_LABEL} is set by tsdn on reservations to remote DTNs")
+            return request, labels, terms
+        if len(remote) == 2:
+            raise InvalidArgument(f"{request.src} and {request.dst} are both beyond inter-domain ports: tsdn books "
+                                  "paths that start or end on its own network")
+        end, name = remote[0]
+        port = self.topology.interdomain[self.topology.dtn(name).beyond]
+        first, last = port.vlans
+        asked = getattr(request, f"{end}_vlan")
+        if asked is not None and not first <= asked <= last:
+            raise InvalidArgument(f"{end}_vlan: {asked} is outside the VLANs {first}-{last} that inter-domain port "
+                                  f"{port.name} offers")
+        if asked is None:
+            taken = vlans.users(self.topology, self._live.values(), self.topology.endpoint(port.name), first, last,
+                                request.start, request.end)
+            free = [vlan for vlan in range(first, last + 1) if vlan not in taken]
+            if not free:
+                raise NoCapacity(f"{name}: every VLAN {first}-{last} of inter-domain port {port.name} towards "
+                                 f"{port.peer.nsa} is taken in that window")
+            request = replace(request, **{f"{end}_vlan": free[0]})
+        return request, {**labels, SEGMENT_LABEL: port.peer.nsa}, replace(terms, hold=True)
 
     def _begin(self, previous: State | None, reservation: Reservation, cause: str) -> Reservation:
         """Record a reservation that was just created, committed or provisioned (state and reason
@@ -828,6 +865,9 @@ class ReservationBook:
                                      "committed")
         if old.state is not State.HELD:
             return old  # committed already: a retry
+        if SEGMENT_LABEL in old.labels and principal.name != SEGMENT_PRINCIPAL.name:
+            raise FailedPrecondition(f"{old.name} waits for its WAN segment from {old.labels[SEGMENT_LABEL]}: tsdn "
+                                     "commits it once the neighbour confirmed the segment")
         now = self.clock.now()
         if old.request.start > now:
             state, reason = State.SCHEDULED, ""
@@ -886,6 +926,21 @@ class ReservationBook:
                            f"{format_time(old.request.end)}", State.RESERVED)
         self._uninstall(old.id)
         self._reshare(f"{old.name}'s data plane released")
+        return new
+
+    def fail(self, reservation_id: str, reason: str) -> Reservation:
+        """The reservation cannot go on (its WAN segment was refused or failed): FAILED with `reason`,
+        its booking freed and its flows removed; a final one is returned unchanged."""
+        old = self._lookup(reservation_id)
+        if old.state.is_final:
+            return old
+        new = replace(old, state=State.FAILED, updated=self.clock.now(), reason=reason)
+        self.ledger.release(old.id, also=lambda db: self._update_row(db, new))
+        self._remember(new)
+        self._record(old.state, new)
+        self._uninstall(old.id)
+        self.links.retry_degraded(Trigger(text=f"{old.name} failed"))
+        self._reshare(f"{old.name} failed")
         return new
 
     def _data_plane_change(self, principal: Principal, name: str) -> Reservation:

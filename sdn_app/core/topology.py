@@ -4,6 +4,13 @@ Every physical link becomes two `LinkDirection`s (one per direction, each with i
 capacity), and every DTN's access link two more; bandwidth is booked per direction. The
 switch graph is a `networkx.MultiDiGraph` so parallel links between two switches stay
 distinct.
+
+Domains. An interdomain port (a switch port leading to a neighbouring domain) gives two
+directions of kind "interdomain" (`to-rnp->scinet:28`, `scinet:28->to-rnp`) with the port's
+capacity. A remote DTN, at a site in that neighbouring domain, has no access link of its own:
+its directions are its interdomain port's, shared with every other remote DTN beyond that port
+and with the port itself, so what is booked across the port is counted once, against the port.
+Endpoints (what a path may start or end at) are DTNs, ours and remote, and interdomain ports.
 """
 
 from __future__ import annotations
@@ -16,14 +23,24 @@ from pathlib import Path
 import networkx as nx
 
 from sdn_app.core.errors import InvalidArgument, NotFound
-from sdn_app.core.topology_schema import DtnSpec, LinkSpec, SiteSpec, SwitchSpec, TopologySpec, load_topology_spec
+from sdn_app.core.topology_schema import (
+    DEFAULT_DTN_VLANS,
+    DtnSpec,
+    InterdomainSpec,
+    LinkSpec,
+    SiteSpec,
+    SwitchSpec,
+    TopologySpec,
+    load_topology_spec,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class LinkDirection:
     """One direction of a link: from `src` port `src_port` to `dst` port `dst_port`.
 
-    For a DTN's access link one end is the DTN itself (its port is 0).
+    For a DTN's access link one end is the DTN itself (its port is 0); for an interdomain
+    port's, the port's name stands for the neighbouring domain (its port is 0 too).
     """
 
     id: str
@@ -38,8 +55,14 @@ class LinkDirection:
 
     @property
     def is_access(self) -> bool:
-        """Whether this direction joins a DTN to its switch."""
-        return self.kind == "access"
+        """Whether this direction joins an endpoint to its switch (a DTN's access link, or an
+        interdomain port's link to the neighbouring domain), rather than two switches."""
+        return self.kind in ("access", "interdomain")
+
+    @property
+    def is_interdomain(self) -> bool:
+        """Whether this direction crosses an interdomain port."""
+        return self.kind == "interdomain"
 
 
 def direction_id(src: str, src_port: int, dst: str, dst_port: int) -> str:
@@ -58,7 +81,8 @@ class Topology:
         self.name = spec.name
         self.switches: dict[str, SwitchSpec] = {s.name: s for s in spec.switches}
         self.links: dict[str, LinkSpec] = {link.label: link for link in spec.links}
-        self.dtns: dict[str, DtnSpec] = {d.name: d for d in spec.dtns}
+        self.dtns: dict[str, DtnSpec] = {d.name: d for d in spec.dtns}  # remote DTNs included
+        self.interdomain: dict[str, InterdomainSpec] = {p.name: p for p in spec.interdomain}
         self.sites: dict[str, SiteSpec] = {s.name: s for s in spec.sites}
         self.directions: dict[str, LinkDirection] = {}
         self.link_directions: dict[str, tuple[LinkDirection, LinkDirection]] = {}
@@ -71,7 +95,18 @@ class Topology:
                                            link.capacity_ba or link.capacity)
             self.link_directions[link.label] = (forward, backward)
         self._access: dict[str, tuple[LinkDirection, LinkDirection]] = {}
+        for port in spec.interdomain:
+            inward = LinkDirection(direction_id(port.name, 0, port.switch, port.port), port.name, port.name, 0,
+                                   port.switch, port.port, port.capacity, port.latency_ms, "interdomain")
+            outward = LinkDirection(direction_id(port.switch, port.port, port.name, 0), port.name, port.switch,
+                                    port.port, port.name, 0, port.capacity, port.latency_ms, "interdomain")
+            self.directions[inward.id] = inward
+            self.directions[outward.id] = outward
+            self._access[port.name] = (inward, outward)
         for dtn in spec.dtns:
+            if dtn.beyond is not None:
+                self._access[dtn.name] = self._access[dtn.beyond]
+                continue
             up = LinkDirection(direction_id(dtn.name, 0, dtn.switch, dtn.port), dtn.name,
                                dtn.name, 0, dtn.switch, dtn.port, dtn.nic_speed, None, "access")
             down = LinkDirection(direction_id(dtn.switch, dtn.port, dtn.name, 0), dtn.name,
@@ -164,9 +199,67 @@ class Topology:
             raise NotFound(f"unknown DTN {name!r} in topology {self.name} (known: {known})") from None
 
     def access(self, dtn: str) -> tuple[LinkDirection, LinkDirection]:
-        """Return the (DTN->switch, switch->DTN) directions of `dtn`'s access link."""
-        self.dtn(dtn)
-        return self._access[dtn]
+        """Return the (DTN->switch, switch->DTN) directions of `dtn`'s access link.
+
+        For a remote DTN, and for an interdomain port named itself, the port's (inward, outward)
+        directions: every remote DTN beyond one port shares them with the port.
+        """
+        try:
+            return self._access[dtn]
+        except KeyError:
+            self.dtn(dtn)  # raises NotFound naming it
+            raise
+
+    @property
+    def remote_dtns(self) -> list[str]:
+        """The names of the remote DTNs (at sites beyond an interdomain port), in file order."""
+        return [d.name for d in self.spec.dtns if d.beyond is not None]
+
+    def _endpoint_not_found(self, name: str) -> NotFound:
+        known = ", ".join(sorted([*self.dtns, *self.interdomain])[:12]) or "none"
+        return NotFound(f"unknown endpoint {name!r} in topology {self.name}: not a DTN or interdomain port "
+                        f"(known: {known})")
+
+    def endpoint(self, name: str) -> tuple[str, int]:
+        """Return the (switch, port) where endpoint `name` (a DTN of ours, a remote DTN or an
+        interdomain port) meets this domain; raise `NotFound` naming it when it is none of these."""
+        found = self.dtns.get(name) or self.interdomain.get(name)
+        if found is None:
+            raise self._endpoint_not_found(name)
+        return found.switch, found.port
+
+    def vlan_range(self, name: str) -> tuple[int, int]:
+        """Return the (first, last) VLANs usable at endpoint `name`: an own DTN's `vlans` (by
+        default 2-4094), or the interdomain port's for the port and every remote DTN beyond it."""
+        if name in self.interdomain:
+            return self.interdomain[name].vlans
+        dtn = self.dtns.get(name)
+        if dtn is None:
+            raise self._endpoint_not_found(name)
+        if dtn.beyond is not None:
+            return self.interdomain[dtn.beyond].vlans
+        return dtn.vlans or DEFAULT_DTN_VLANS
+
+    def domain_of(self, name: str) -> str | None:
+        """Return the NSA id of the domain endpoint `name` lies in: None for our own (our DTNs, and
+        an interdomain port, which is our edge), the peer's NSA for a remote DTN."""
+        dtn = self.dtns.get(name)
+        if dtn is None:
+            if name in self.interdomain:
+                return None
+            raise self._endpoint_not_found(name)
+        return None if dtn.beyond is None else self.interdomain[dtn.beyond].peer.nsa
+
+    def is_remote(self, name: str) -> bool:
+        """Whether endpoint `name` is a remote DTN (raises `NotFound` for no endpoint)."""
+        return self.domain_of(name) is not None
+
+    def remote_site_dtns(self, port: str) -> list[str]:
+        """The remote DTNs beyond interdomain port `port`, in file order."""
+        if port not in self.interdomain:
+            known = ", ".join(sorted(self.interdomain)[:12]) or "none"
+            raise NotFound(f"unknown interdomain port {port!r} in topology {self.name} (known: {known})")
+        return [d.name for d in self.spec.dtns if d.beyond == port]
 
     def switch_by_dpid(self, dpid: int) -> str | None:
         """Return the name of the switch with datapath id `dpid`, if declared."""
@@ -211,5 +304,8 @@ class Topology:
 
     def summary(self) -> str:
         """One line: name and counts."""
-        return (f"{self.name}: {len(self.switches)} switches, {len(self.links)} links, "
+        line = (f"{self.name}: {len(self.switches)} switches, {len(self.links)} links, "
                 f"{len(self.dtns)} DTNs, {len(self.sites)} sites")
+        if self.interdomain:
+            line += f", {len(self.interdomain)} interdomain ports ({len(self.remote_dtns)} remote DTNs)"
+        return line

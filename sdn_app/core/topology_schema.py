@@ -2,8 +2,11 @@
 
 A file declares switches (name, dpid, ports), links (two ends by switch and port, capacity
 per direction, optional latency, kind), DTNs (switch port, IPv4, MAC, NIC speed, NUMA node,
-optionally the IPv6 pool the SENSE API allocates /64s from) and sites (coordinates and member
-switches, for the map). `load_topology_spec` returns a fully checked `TopologySpec` or raises
+optionally the IPv6 pool the SENSE API allocates /64s from), interdomain ports (a switch port
+leading to a neighbouring domain, named by its NSI NSA id and STP, with the VLAN range both sides
+allow), remote DTNs (at a site in a neighbouring domain, reached through an interdomain port) and
+sites (coordinates and member switches, or for a remote site the interdomain port it lies beyond,
+for the map). `load_topology_spec` returns a fully checked `TopologySpec` or raises
 `TopologyError` listing every problem as `FILE: field.path: what is wrong`; nothing is
 half-loaded.
 
@@ -19,9 +22,19 @@ import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from sdn_app.core.errors import InvalidArgument, TopologyError
@@ -44,6 +57,7 @@ MAX_SWITCHES = 1024
 MAX_LINKS = 2048
 MAX_DTNS = 2048
 MAX_SITES = 1024
+MAX_INTERDOMAIN = 1024
 MAX_PORTS_PER_SWITCH = 4096
 MAX_PORTS = 32768  # over all switches
 MAX_DESCRIPTION = 1024  # characters, of a switch, link or DTN
@@ -52,6 +66,16 @@ MAX_PROBLEMS_SHOWN = 50  # an error lists this many problems, then counts the re
 # A DTN's `ipv6_pool`: a /56 (256 /64s) to a /64 (one). The SENSE API allocates /64s from it (one
 # per Rucio rule) and lists every /64 of it in its manifest (docs/sense.md).
 MIN_POOL_PREFIX = 56
+# VLAN ids a file may name (802.1Q: 0 means untagged, 4095 is reserved); an own DTN's default range
+# (VLAN 1 is many switches' native VLAN) for NSI requesters asking for a tagged STP at its port.
+MIN_VLAN, MAX_VLAN = 1, 4094
+DEFAULT_DTN_VLANS = (2, 4094)
+# An NSI identifier (NSA id, STP): `urn:ogf:network:` then ':'-separated parts of characters that
+# need no escaping in XML, URLs or shells. A label (`?vlan=1780`) is not part of an STP's name.
+URN_PREFIX = "urn:ogf:network:"
+MAX_URN = 255
+_URN_RE = re.compile(r"^urn:ogf:network:[A-Za-z0-9._~+@/-]+(:[A-Za-z0-9._~+@/-]+)*$")
+MAX_URL = 2048
 
 # Limits of any YAML file tsdn reads: they keep parsing and validation bounded (no
 # RecursionError, no alias bombs, no 5,000-digit integers).
@@ -181,6 +205,107 @@ def _ipv6_pool(value: Any) -> str:
     return str(network)
 
 
+def _vlans(value: Any) -> tuple[int, int]:
+    """Accept a VLAN range "1780-1799", or one VLAN (1780 or "1780"), within 1..4094."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        first = last = value
+    elif isinstance(value, str) and len(value) <= _TEXT_CHARS and (match := _RANGE_RE.match(value)):
+        first, last = int(match[1]), int(match[2])
+    elif isinstance(value, str) and len(value) <= _TEXT_CHARS and value.strip().isdigit():
+        first = last = int(value)
+    else:
+        raise PydanticCustomError("vlans", "cannot read {value} as a VLAN range like 1780-1799",
+                                  {"value": shown(value)})
+    for vlan in (first, last):
+        if not MIN_VLAN <= vlan <= MAX_VLAN:
+            raise PydanticCustomError("vlans", "VLAN {vlan} is outside {low}..{high}",
+                                      {"vlan": vlan, "low": MIN_VLAN, "high": MAX_VLAN})
+    if first > last:
+        raise PydanticCustomError("vlans", "range {value} runs backwards", {"value": shown(value)})
+    return first, last
+
+
+def format_vlans(vlans: tuple[int, int]) -> str:
+    """A VLAN range as the file writes it: `1780-1799`, or `1780` for one VLAN."""
+    first, last = vlans
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def _urn(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise PydanticCustomError("urn", "expected {what} as text like urn:ogf:network:example.net:2016:nsa",
+                                  {"what": what})
+    if len(value) > MAX_URN:
+        raise PydanticCustomError("urn", "{value} is longer than {max} characters", {"value": shown(value),
+                                                                                    "max": MAX_URN})
+    if not value.startswith(URN_PREFIX):
+        raise PydanticCustomError("urn", "{value} is not an NSI identifier: it must start with {prefix}",
+                                  {"value": shown(value), "prefix": URN_PREFIX})
+    if not _URN_RE.match(value):
+        raise PydanticCustomError(
+            "urn", "{value}: an NSI identifier is ':'-separated non-empty parts of letters, digits and "
+            "'.', '_', '~', '+', '@', '/', '-'", {"value": shown(value)})
+    return value
+
+
+def _nsa(value: Any) -> str:
+    return _urn(value, "an NSA id")
+
+
+def _stp(value: Any) -> str:
+    if isinstance(value, str) and "?" in value:
+        raise PydanticCustomError("stp", "{value}: give the STP without a label (no ?vlan=...): the VLANs are "
+                                  "the interdomain port's vlans", {"value": shown(value)})
+    return _urn(value, "an STP")
+
+
+def _url(value: Any) -> str:
+    """An NSI CS2 provider URL: http or https, a host and an explicit port."""
+    if not isinstance(value, str) or len(value) > MAX_URL or any(c.isspace() for c in value):
+        raise PydanticCustomError("url", "expected a URL like http://nsa.example.net:9080/NSI/services/CS2")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        raise PydanticCustomError("url", "{value}: only http and https URLs are accepted", {"value": shown(value)})
+    try:
+        port = parts.port
+    except ValueError:
+        raise PydanticCustomError("url", "{value}: the port is not a number in 1..65535",
+                                  {"value": shown(value)}) from None
+    if not parts.hostname:
+        raise PydanticCustomError("url", "{value}: no host", {"value": shown(value)})
+    if port is None or port == 0:
+        raise PydanticCustomError("url", "{value}: give the port explicitly (e.g. {scheme}://{host}:9080/...)",
+                                  {"value": shown(value), "scheme": parts.scheme, "host": parts.hostname})
+    return value
+
+
+def _checked(check: Any, value: Any, what: str) -> Any:
+    try:
+        return check(value)
+    except PydanticCustomError as exc:
+        raise InvalidArgument(f"{what}: {exc.message()}") from None
+
+
+def read_vlans(value: Any, what: str) -> tuple[int, int]:
+    """A VLAN range as a file gives it ("1780-1799"); `InvalidArgument` naming `what` if it is none."""
+    return _checked(_vlans, value, what)
+
+
+def read_nsa_id(value: Any, what: str) -> str:
+    """An NSA id (`urn:ogf:network:...`); `InvalidArgument` naming `what` if it is none."""
+    return _checked(_nsa, value, what)
+
+
+def read_stp(value: Any, what: str) -> str:
+    """An STP without a label (`urn:ogf:network:...`, no `?vlan=`); `InvalidArgument` naming `what` if it is none."""
+    return _checked(_stp, value, what)
+
+
+def read_provider_url(value: Any, what: str) -> str:
+    """An NSI provider URL (http or https, explicit port); `InvalidArgument` naming `what` if it is none."""
+    return _checked(_url, value, what)
+
+
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 Bandwidth = Annotated[int, BeforeValidator(_bandwidth)]
 Dpid = Annotated[int, BeforeValidator(_dpid)]
@@ -190,6 +315,10 @@ IPv4 = Annotated[str, BeforeValidator(_ipv4)]
 IPv6Pool = Annotated[str, BeforeValidator(_ipv6_pool)]
 Port = Annotated[int, Field(ge=1, le=MAX_PORT, strict=True)]
 Description = Annotated[str, Field(max_length=MAX_DESCRIPTION)]
+VlanRange = Annotated[tuple[int, int], BeforeValidator(_vlans), PlainSerializer(format_vlans, return_type=str)]
+NsaId = Annotated[str, BeforeValidator(_nsa)]
+StpId = Annotated[str, BeforeValidator(_stp)]
+ProviderUrl = Annotated[str, BeforeValidator(_url)]
 
 
 class _Strict(BaseModel):
@@ -227,7 +356,9 @@ class LinkSpec(_Strict):
 
 
 class DtnSpec(_Strict):
-    """One data transfer node attached to a switch port."""
+    """One data transfer node attached to a switch port, or a remote DTN: one at a site in a
+    neighbouring domain, reached through interdomain port `beyond` (the file gives no switch or
+    port for it; the loaded spec holds the interdomain port's)."""
 
     name: Name
     switch: Name
@@ -239,16 +370,50 @@ class DtnSpec(_Strict):
     description: Description = ""
     # Where the SENSE API allocates this DTN's IPv6 prefixes (one /64 per Rucio rule): docs/sense.md.
     ipv6_pool: IPv6Pool | None = None
+    # An own DTN: the VLANs an NSI requester may ask for at its port (None: DEFAULT_DTN_VLANS).
+    vlans: VlanRange | None = None
+    beyond: Name | None = None
+    stp: StpId | None = None  # a remote DTN: the neighbour's STP where its site is reached
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether this DTN lies in a neighbouring domain, beyond an interdomain port."""
+        return self.beyond is not None
+
+
+class PeerSpec(_Strict):
+    """The neighbouring domain an interdomain port leads to."""
+
+    nsa: NsaId
+    stp: StpId  # their STP facing our port, without a VLAN label
+    url: ProviderUrl | None = None  # their NSI CS2 provider
+
+
+class InterdomainSpec(_Strict):
+    """A switch port leading to another domain (an NSI STP of ours), with the VLANs both sides allow."""
+
+    name: Name
+    switch: Name
+    port: Port
+    capacity: Bandwidth  # per direction
+    latency_ms: Annotated[float, Field(ge=0, le=10_000)] | None = None
+    vlans: VlanRange
+    peer: PeerSpec
+    description: Description = ""
 
 
 class SiteSpec(_Strict):
-    """A place on the map (booth or WAN site) and the switches it holds."""
+    """A place on the map (booth or WAN site) and the switches it holds; or a remote site, in a
+    neighbouring domain beyond interdomain port `beyond`, with no switches and the remote DTNs
+    listed in `dtns`."""
 
     name: Annotated[str, Field(min_length=1, max_length=80)]
     lat: Annotated[float, Field(ge=-90, le=90)] | None = None
     lon: Annotated[float, Field(ge=-180, le=180)] | None = None
     kind: Literal["booth", "wan", "hub"] = "wan"
     switches: Annotated[list[Name], Field(max_length=MAX_SWITCHES)] = []
+    beyond: Name | None = None
+    dtns: Annotated[list[Name], Field(max_length=MAX_DTNS)] = []
 
 
 class TopologySpec(_Strict):
@@ -260,6 +425,15 @@ class TopologySpec(_Strict):
     links: Annotated[list[LinkSpec], Field(max_length=MAX_LINKS)] = []
     dtns: Annotated[list[DtnSpec], Field(max_length=MAX_DTNS)] = []
     sites: Annotated[list[SiteSpec], Field(max_length=MAX_SITES)] = []
+    interdomain: Annotated[list[InterdomainSpec], Field(max_length=MAX_INTERDOMAIN)] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _place_remote_dtns(cls, data: Any) -> Any:
+        """Give each remote DTN that names no switch or port its interdomain port's (a spec built
+        in code gets the same as one read from a file; `parse_topology_spec` also reports a file
+        that names them)."""
+        return _placed(data)[0]
 
 
 _INT_TAG = "tag:yaml.org,2002:int"
@@ -460,8 +634,13 @@ def field_path(loc: tuple[int | str, ...]) -> str:
 
 def describe_validation_error(exc: ValidationError, source: str) -> list[str]:
     """Turn pydantic's errors into `source: field.path: message` lines."""
+    return describe_errors(exc.errors(), source)
+
+
+def describe_errors(errors: list[Any], source: str) -> list[str]:
+    """Turn pydantic's error records (`ValidationError.errors()`) into `source: field.path: message` lines."""
     problems = []
-    for error in exc.errors():
+    for error in errors:
         loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         message = error["msg"]
         if error["type"] == "extra_forbidden":
@@ -476,6 +655,73 @@ def describe_validation_error(exc: ValidationError, source: str) -> list[str]:
             message = f"at most {error['ctx']['max_length']:,} characters, this has {len(error['input']):,}"
         problems.append(f"{source}: {field_path(loc)}: {message}")
     return problems
+
+
+def _attachment(entry: Any) -> tuple[str, int] | None:
+    """The (switch, port) of a raw interdomain entry when both are valid, else None."""
+    if not isinstance(entry, dict):
+        return None
+    switch, port = entry.get("switch"), entry.get("port")
+    if not isinstance(switch, str) or not re.match(NAME_PATTERN, switch):
+        return None
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= MAX_PORT:
+        return None
+    return switch, port
+
+
+def _raw_ports(data: dict) -> dict[str, Any]:
+    """The raw interdomain entries of `data` by name (the first of a name)."""
+    ports: dict[str, Any] = {}
+    if isinstance(data.get("interdomain"), list):
+        for entry in data["interdomain"]:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                ports.setdefault(entry["name"], entry)
+    return ports
+
+
+def _placed(data: Any) -> tuple[Any, set[int]]:
+    """A copy of `data` in which each remote DTN (one with `beyond`) that names neither switch nor
+    port has its interdomain port's, when that port exists and its switch and port are valid;
+    and the indexes of the remote DTNs."""
+    if not isinstance(data, dict) or not isinstance(data.get("dtns"), list):
+        return data, set()
+    ports = _raw_ports(data)
+    remote: set[int] = set()
+    dtns = []
+    for i, dtn in enumerate(data["dtns"]):
+        if isinstance(dtn, dict) and dtn.get("beyond") is not None:
+            remote.add(i)
+            beyond = dtn["beyond"]
+            where = _attachment(ports.get(beyond)) if isinstance(beyond, str) else None
+            if where is not None and "switch" not in dtn and "port" not in dtn:
+                dtn = {**dtn, "switch": where[0], "port": where[1]}
+        dtns.append(dtn)
+    return ({**data, "dtns": dtns} if remote else data), remote
+
+
+def _remote_dtn_problems(data: Any) -> tuple[Any, list[str]]:
+    """Check what a file says of its remote DTNs before the schema sees it: a remote DTN names
+    no switch or port (it sits at its interdomain port's) and `beyond` names an interdomain port.
+    Returns `data` without any switch or port a remote DTN named, and the problems."""
+    if not isinstance(data, dict) or not isinstance(data.get("dtns"), list):
+        return data, []
+    ports = _raw_ports(data)
+    problems: list[str] = []
+    dtns = []
+    for i, dtn in enumerate(data["dtns"]):
+        if isinstance(dtn, dict) and dtn.get("beyond") is not None:
+            beyond = dtn["beyond"]
+            given = [key for key in ("switch", "port") if key in dtn]
+            if given:
+                problems.append(f"dtns[{i}].{given[0]}: a remote DTN has no {' or '.join(given)} of its own: it is "
+                                f"reached through interdomain port {shown(beyond)} and sits at that port; omit "
+                                f"{' and '.join(given)}")
+                dtn = {key: value for key, value in dtn.items() if key not in given}
+            if not isinstance(beyond, str) or beyond not in ports:
+                known = ", ".join(sorted(ports)[:12]) or "none"
+                problems.append(f"dtns[{i}].beyond: no interdomain port named {shown(beyond)} (declared: {known})")
+        dtns.append(dtn)
+    return {**data, "dtns": dtns}, problems
 
 
 def check_consistency(spec: TopologySpec) -> list[str]:
@@ -531,12 +777,20 @@ def check_consistency(spec: TopologySpec) -> list[str]:
         if link.capacity is None and (link.capacity_ab is None or link.capacity_ba is None):
             problems.append(f"{where}.capacity: give capacity, or both capacity_ab and capacity_ba")
 
+    interdomain: dict[str, InterdomainSpec] = {}
+    for port_spec in spec.interdomain:
+        interdomain.setdefault(port_spec.name, port_spec)
     ips: dict[str, str] = {}
     macs: dict[str, str] = {}
     for i, dtn in enumerate(spec.dtns):
         where = f"dtns[{i}]"
         claim_name(dtn.name, f"{where}.name")
-        claim_port(dtn.switch, dtn.port, f"{where}.port")
+        if dtn.beyond is None:
+            claim_port(dtn.switch, dtn.port, f"{where}.port")
+            if dtn.stp is not None:
+                problems.append(f"{where}.stp: only a remote DTN (one with beyond) has an STP")
+        else:
+            problems.extend(_remote_dtn_consistency(dtn, where, interdomain))
         for value, seen, field in ((dtn.ipv4, ips, "ipv4"), (dtn.mac, macs, "mac")):
             if value in seen:
                 problems.append(f"{where}.{field}: {value} is already used by {seen[value]}")
@@ -553,7 +807,20 @@ def check_consistency(spec: TopologySpec) -> list[str]:
             problems.append(f"dtns[{i}].ipv6_pool: {pool} overlaps the pool of dtn {clash}")
         pools.append((pool, dtn.name))
 
+    stps: dict[str, str] = {}
+    for i, port_spec in enumerate(spec.interdomain):
+        where = f"interdomain[{i}]"
+        claim_name(port_spec.name, f"{where}.name")
+        claim_port(port_spec.switch, port_spec.port, f"{where}.port")
+        if port_spec.peer.stp in stps:
+            problems.append(f"{where}.peer.stp: {port_spec.peer.stp} is already the STP of interdomain port "
+                            f"{stps[port_spec.peer.stp]}")
+        else:
+            stps[port_spec.peer.stp] = port_spec.name
+
+    dtns = {dtn.name: dtn for dtn in spec.dtns}
     site_of: dict[str, str] = {}
+    site_of_dtn: dict[str, str] = {}
     site_names: set[str] = set()
     for i, site in enumerate(spec.sites):
         if site.name in site_names:
@@ -561,6 +828,28 @@ def check_consistency(spec: TopologySpec) -> list[str]:
         site_names.add(site.name)
         if (site.lat is None) != (site.lon is None):
             problems.append(f"sites[{i}]: give both lat and lon, or neither")
+        if site.beyond is None:
+            if site.dtns:
+                problems.append(f"sites[{i}].dtns: only a remote site (one with beyond) lists DTNs; the DTNs of a "
+                                "site of ours are those on its switches")
+        elif site.beyond not in interdomain:
+            known = ", ".join(sorted(interdomain)[:12]) or "none"
+            problems.append(f"sites[{i}].beyond: no interdomain port named {site.beyond!r} (declared: {known})")
+        else:
+            if site.switches:
+                problems.append(f"sites[{i}].switches: a remote site (beyond {site.beyond}) lies in another domain "
+                                "and holds no switches of ours")
+            for j, member in enumerate(site.dtns):
+                dtn = dtns.get(member)
+                if dtn is None:
+                    problems.append(f"sites[{i}].dtns[{j}]: dtn {member!r} is not declared")
+                elif dtn.beyond != site.beyond:
+                    lies = "is one of ours" if dtn.beyond is None else f"is beyond {dtn.beyond}"
+                    problems.append(f"sites[{i}].dtns[{j}]: dtn {member} {lies}, not beyond {site.beyond}")
+                elif member in site_of_dtn:
+                    problems.append(f"sites[{i}].dtns[{j}]: dtn {member} is already in site {site_of_dtn[member]!r}")
+                else:
+                    site_of_dtn[member] = site.name
         for j, member in enumerate(site.switches):
             if member not in ports:
                 problems.append(f"sites[{i}].switches[{j}]: switch {member!r} is not declared")
@@ -571,9 +860,28 @@ def check_consistency(spec: TopologySpec) -> list[str]:
     return problems
 
 
+def _remote_dtn_consistency(dtn: DtnSpec, where: str, interdomain: dict[str, InterdomainSpec]) -> list[str]:
+    """The problems of remote DTN `dtn` (at `where`) given the interdomain ports by name."""
+    problems = []
+    port_spec = interdomain.get(dtn.beyond or "")
+    if port_spec is None:
+        known = ", ".join(sorted(interdomain)[:12]) or "none"
+        problems.append(f"{where}.beyond: no interdomain port named {dtn.beyond!r} (declared: {known})")
+    elif (dtn.switch, dtn.port) != (port_spec.switch, port_spec.port):
+        problems.append(f"{where}: a remote DTN sits at its interdomain port {port_spec.name} "
+                        f"({port_spec.switch}:{port_spec.port}), not at {dtn.switch}:{dtn.port}")
+    if dtn.stp is None:
+        problems.append(f"{where}.stp: a remote DTN (beyond {dtn.beyond}) needs the STP where the neighbour "
+                        "reaches its site")
+    if dtn.vlans is not None:
+        problems.append(f"{where}.vlans: a remote DTN uses the VLANs of its interdomain port {dtn.beyond}; omit vlans")
+    return problems
+
+
 def _too_many(data: dict, source: str) -> list[str]:
     """The sections with more entries than the limits allow, found before validating any entry."""
-    limits = {"switches": MAX_SWITCHES, "links": MAX_LINKS, "dtns": MAX_DTNS, "sites": MAX_SITES}
+    limits = {"switches": MAX_SWITCHES, "links": MAX_LINKS, "dtns": MAX_DTNS, "sites": MAX_SITES,
+              "interdomain": MAX_INTERDOMAIN}
     return [f"{source}: {section}: {len(data[section]):,} entries; at most {limit:,} are accepted"
             for section, limit in limits.items()
             if isinstance(data.get(section), list) and len(data[section]) > limit]
@@ -593,11 +901,18 @@ def parse_topology_spec(data: Any, source: str) -> TopologySpec:
     too_many = _too_many(data, source)
     if too_many:
         raise TopologyError(too_many)
+    data, early = _remote_dtn_problems(data)
+    remote = _placed(data)[1]
     try:
         spec = TopologySpec.model_validate(data, context={"ports": 0})
     except ValidationError as exc:
-        raise TopologyError(capped_problems(describe_validation_error(exc, source), source)) from None
-    problems = check_consistency(spec)
+        # A remote DTN's missing switch and port are its interdomain port's problem, reported there.
+        errors = [error for error in exc.errors() if not (
+            error["type"] == "missing" and len(error["loc"]) == 3 and error["loc"][0] == "dtns"
+            and error["loc"][1] in remote and error["loc"][2] in ("switch", "port"))]
+        problems = [f"{source}: {p}" for p in early] + describe_errors(errors, source)
+        raise TopologyError(capped_problems(problems, source)) from None
+    problems = early + check_consistency(spec)
     if problems:
         raise TopologyError(capped_problems([f"{source}: {p}" for p in problems], source))
     return spec
@@ -613,10 +928,18 @@ def load_topology_spec(path: str | Path) -> TopologySpec:
 def dump_topology_spec(spec: TopologySpec) -> str:
     """Render `spec` as YAML in the file format, omitting empty optional fields."""
     data = spec.model_dump(mode="json", exclude_none=True, exclude_defaults=False)
-    for section in ("switches", "links", "dtns"):
+    for section in ("switches", "links", "dtns", "interdomain"):
         for item in data.get(section, []):
             if item.get("description") == "":
                 del item["description"]
+    for item in data.get("dtns", []):
+        if "beyond" in item:  # a remote DTN sits at its interdomain port: the file names none
+            del item["switch"], item["port"]
+    for item in data.get("sites", []):
+        if not item.get("dtns"):
+            item.pop("dtns", None)
+    if not data.get("interdomain"):
+        data.pop("interdomain", None)
     if data.get("description") == "":
         del data["description"]
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sdn_app.core.errors import InvalidArgument
 from sdn_app.core.topology import Topology
-from sdn_app.core.topology_schema import MAX_TOPOLOGY_BYTES, dump_topology_spec
+from sdn_app.core.topology_schema import MAX_TOPOLOGY_BYTES, dump_topology_spec, format_vlans
 from sdn_app.core.units import format_bandwidth, parse_bandwidth
 from topologies import resolve_topology
 from tsdn.cli.reservations import _client_options
@@ -37,6 +37,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                      help="capacity of links whose speed the file does not give, e.g. 100G")
     imp.add_argument("--dtns", action="store_true", help="attach one DTN <node>-dtn to every node")
     imp.add_argument("--name", help="topology name (default: the file's network name)")
+    imp.add_argument("--interdomain", action="append", default=[], metavar="NODE=NSA,STP,VLANS[,URL]",
+                     help="the node leads to another domain: its attachment becomes an interdomain port to the "
+                          "neighbour with NSA id NSA, whose STP facing it is STP, with VLANs VLANS (repeatable)")
     imp.add_argument("-o", "--output", help="where to write the YAML (default: standard output)")
     imp.set_defaults(run=run_import)
 
@@ -51,12 +54,41 @@ def load(ref: str) -> Topology:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    """`tsdn topo validate FILE`."""
+    """`tsdn topo validate FILE`: the summary, then the domains (each interdomain port with its
+    peer and the remote DTNs beyond it) when the file has any."""
     topology = load(args.file)
     for warning in topology.unreachable_dtn_warnings():
         print(f"tsdn: warning: {topology.source}: {warning}", file=sys.stderr)
     print(f"ok: {topology.source}: {topology.summary()}")
+    for line in domain_lines(topology):
+        print(line)
     return 0
+
+
+def domain_lines(topology: Topology) -> list[str]:
+    """What `topo validate` says of a topology's domains: nothing when it has no interdomain port."""
+    if not topology.interdomain:
+        return []
+    peers = sorted({port.peer.nsa for port in topology.interdomain.values()})
+    lines = ["", f"domains: ours and {len(peers)} neighbour(s) ({', '.join(peers)}), "
+                 f"through {len(topology.interdomain)} interdomain port(s)"]
+    site_of = {dtn: site.name for site in topology.spec.sites for dtn in site.dtns}
+    for port in topology.spec.interdomain:
+        latency = "" if port.latency_ms is None else f", {port.latency_ms:g} ms"
+        lines.append(f"  {port.name} at {port.switch}:{port.port}: {format_bandwidth(port.capacity)} per direction"
+                     f"{latency}, VLANs {format_vlans(port.vlans)}")
+        lines.append(f"    peer NSA  {port.peer.nsa}")
+        lines.append(f"    peer STP  {port.peer.stp}")
+        if port.peer.url is not None:
+            lines.append(f"    provider  {port.peer.url}")
+        beyond = topology.remote_site_dtns(port.name)
+        if not beyond:
+            lines.append("    remote DTNs: none")
+        for name in beyond:
+            dtn = topology.dtns[name]
+            site = f", site {site_of[name]}" if name in site_of else ""
+            lines.append(f"    remote DTN {name}: STP {dtn.stp}{site}")
+    return lines
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -89,7 +121,8 @@ def run_show(args: argparse.Namespace) -> int:
         print()
         print(table(
             ["DTN", "ATTACHED", "IPV4", "MAC", "NIC", "NUMA"],
-            [(d.name, f"{d.switch}:{d.port}", d.ipv4, d.mac, format_bandwidth(d.nic_speed),
+            [(d.name, f"{d.switch}:{d.port}" + (f" (beyond {d.beyond})" if d.beyond else ""), d.ipv4, d.mac,
+              format_bandwidth(d.nic_speed),
               "unknown" if d.numa_node < 0 else d.numa_node) for d in topology.spec.dtns],
         ))
     return 0
@@ -105,7 +138,7 @@ def run_import(args: argparse.Namespace) -> int:
     from topologies.zoo_import import import_zoo
 
     capacity = parse_bandwidth(args.link_capacity, "--link-capacity")
-    result = import_zoo(args.file, capacity, with_dtns=args.dtns, name=args.name)
+    result = import_zoo(args.file, capacity, with_dtns=args.dtns, name=args.name, interdomain=args.interdomain)
     text = dump_topology_spec(result.spec)
     size = len(text.encode())
     if size > MAX_TOPOLOGY_BYTES:  # tsdn could not load what it wrote
