@@ -96,6 +96,7 @@ def test_only_the_segments_principal_commits_and_then_the_flows_go_in(segments: 
     segments.desk.advance(reservation.id, "committing", "OP-0123456789")
     committed = segments.desk.commit_local(reservation.id)
     assert committed.state is State.PROVISIONING
+    assert f"(WAN segment OP-0123456789 at {RNP} via to-rnp, VLAN 1780)" in committed.reason
     changes = [c for c in segments.book.take_changes() if c.steps]
     assert changes, "committing the hold installs the local segment's flows"
     assert segments.desk.get(reservation.id).phase == "active"

@@ -22,6 +22,7 @@ local reservation with the remote NSA and its connection named as the cause.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -137,7 +138,8 @@ class SegmentDesk:
 
     def commit_local(self, reservation_id: str) -> Reservation:
         """The remote segment is booked (and provisioned when wanted): commit the local hold."""
-        reservation = self.book.commit(PRINCIPAL, reservation_id)
+        segment = self._segments[reservation_id]
+        reservation = self.book.commit(PRINCIPAL, reservation_id, note=segment_note(segment))
         self.advance(reservation_id, "active", detail="both segments booked")
         return reservation
 
@@ -170,6 +172,16 @@ class SegmentDesk:
         segment = self._segments.get(reservation_id)
         if segment is not None and segment.phase != "terminated":
             self._save(replace(segment, phase="terminated" if segment.connection_id else "failed"))
+
+
+def segment_note(segment: Segment) -> str:
+    """How a reservation's reason names its WAN segment: `WAN segment <id> at <NSA> via <port>, VLAN <n>`
+    (the map and the demo's report read it back with `SEGMENT_NOTE`)."""
+    vlan = segment.source_stp.rsplit("=", 1)[-1]
+    return f"WAN segment {segment.connection_id} at {segment.peer_nsa} via {segment.interdomain}, VLAN {vlan}"
+
+
+SEGMENT_NOTE = re.compile(r"WAN segment (?P<connection>\S+) at (?P<nsa>\S+) via (?P<port>\S+), VLAN (?P<vlan>\d+)")
 
 
 def _read(row: store.Stored) -> Segment:

@@ -852,9 +852,10 @@ class ReservationBook:
 
     # -- two phases, and the data plane ------------------------------------------------------
 
-    def commit(self, principal: Principal, name: str) -> Reservation:
+    def commit(self, principal: Principal, name: str, note: str = "") -> Reservation:
         """Make a held reservation a normal one (flows at its window's start, unless it is
-        provisioned by hand); a retry on a committed one returns it unchanged."""
+        provisioned by hand); a retry on a committed one returns it unchanged. `note` joins the
+        reason (e.g. the WAN segment that was booked with it)."""
         require_role(principal, "commit reservations")
         old = self._current(principal, name)
         if old.state is State.EXPIRED and old.hold_until and old.hold_until <= old.updated:
@@ -873,7 +874,7 @@ class ReservationBook:
             state, reason = State.SCHEDULED, ""
         else:
             state, reason = self._started(old.provisioned)
-        reason = f"committed by {principal.name}" + (f"; {reason}" if reason else "")
+        reason = f"committed by {principal.name}" + (f" ({note})" if note else "") + (f"; {reason}" if reason else "")
         new = replace(old, state=state, updated=now, reason=reason, hold_until=0.0,
                       rate=step_rate(old.schedule, now))
         self.ledger.write(lambda db: self._update_row(db, new))
