@@ -111,3 +111,51 @@ def onsa(opennsa_build: OpenNsaBuild) -> Path:
     if not os.access(opennsa_build.onsa, os.X_OK):
         pytest.fail(f"{opennsa_build.onsa} is not an executable")
     return opennsa_build.onsa
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """A running OpenNSA standing in for a neighbouring WAN domain: its NSA id, network id and CS2 URL."""
+
+    nsa: str
+    network: str
+    url: str
+
+    def stp(self, port: str) -> str:
+        """The STP URN of `port` in this OpenNSA's network (no VLAN)."""
+        return f"{self.network}:{port}"
+
+
+RNP_DOMAIN = "rnp.test"
+RNP_PORTS = ("ring8", "saopaulo")  # the STP facing ring8's inter-domain port, and the remote DTN's
+RNP_VLANS = (1780, 1799)
+
+
+@pytest.fixture(scope="session")
+def opennsa_rnp() -> Iterator[Neighbour]:
+    """A second real OpenNSA (dud backend) standing in for RNP: NSA urn:ogf:network:rnp.test:nsa, ports
+    `ring8` and `saopaulo` with VLANs 1780-1799, holds timing out after OPENNSA_TPC_TIMEOUT s; its own
+    state dir and ports, stopped and purged afterwards."""
+    recipe = opennsa_recipe()
+    base = Path(tempfile.mkdtemp(prefix="tsdn-opennsa-rnp-", dir="/tmp"))
+    base.chmod(0o755)  # PostgreSQL runs as its own user when setup.sh runs as root
+    nrm = base / "rnp.nrm"
+    first, last = RNP_VLANS
+    nrm.write_text("".join(f"ethernet {port} - vlan:{first}-{last} 100000 em{i} -\n"
+                           for i, port in enumerate(RNP_PORTS)))
+    nrm.chmod(0o644)
+    port = free_port()
+    env = {**os.environ, "TPC_TIMEOUT": str(OPENNSA_TPC_TIMEOUT), "RESET_DB": "0", "NSA_DOMAIN": RNP_DOMAIN,
+           "NRM_FILE": str(nrm)}
+    try:
+        started = subprocess.run([str(recipe / "setup.sh"), str(base), str(port), str(free_port())], env=env,
+                                 capture_output=True, text=True, timeout=SETUP_TIMEOUT, check=False)
+        if started.returncode != 0:
+            pytest.fail(f"OpenNSA ({RNP_DOMAIN}) setup.sh failed ({started.returncode}):\n{started.stdout[-3000:]}\n"
+                        f"{started.stderr[-3000:]}")
+        yield Neighbour(f"urn:ogf:network:{RNP_DOMAIN}:nsa", f"urn:ogf:network:{RNP_DOMAIN}:topology",
+                        f"http://127.0.0.1:{port}/NSI/services/CS2")
+    finally:
+        subprocess.run([str(recipe / "stop.sh"), "--purge", str(base)], capture_output=True, timeout=120,
+                       check=False)
+        shutil.rmtree(base, ignore_errors=True)

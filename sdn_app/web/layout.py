@@ -15,6 +15,10 @@ The map has one or two panes:
   coordinates, are placed by a force layout pulled toward their neighbours (the located sites stay
   put); a topology without any coordinates is a circle when its links form one ring, else a force
   layout.
+- Domains: a remote site (one beyond an interdomain port, in a neighbouring domain, with no switches
+  of ours) is a point of the WAN's area like any site, joined to the switch of its interdomain port.
+  An interdomain port with no site beyond it gets a point of its own, named by the neighbour's NSA
+  and placed by its switch. Topologies without domains are laid out as if this were not there.
 
 Positions are given twice: `switches` in a `width` x `height` picture, and per switch a
 `Placement` in its pane's own coordinates, which the page (sdn_app/web/static/map.js) fits to the
@@ -37,7 +41,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -112,6 +116,48 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class RemotePoint:
+    """A remote site (or, for an interdomain port with no site beyond it, the neighbour's domain)
+    in the WAN's area: `placement` as a switch's, `port` the interdomain port it lies beyond."""
+
+    name: str
+    port: str
+    switch: str  # the port's switch, where its edge starts
+    domain: str  # the neighbour's NSA id
+    x: float
+    y: float
+    lat: float | None
+    lon: float | None
+    dtns: tuple[str, ...]
+    placement: Placement
+
+
+def nsa_short(nsa: str) -> str:
+    """An NSA id as the map names a domain: `urn:ogf:network:rnp.sc16:nsa` -> `rnp.sc16`."""
+    return nsa.removeprefix("urn:ogf:network:").removesuffix(":nsa") or nsa
+
+
+def remote_sites(topology: Topology) -> list[tuple[str, str, float | None, float | None, tuple[str, ...]]]:
+    """Each remote point of `topology`: (name, interdomain port, lat, lon, remote DTNs): its remote
+    sites, then one per interdomain port with no site beyond it (named by the neighbour's NSA, with
+    the port's remote DTNs listed in no site)."""
+    out = [(s.name, s.beyond, s.lat, s.lon, tuple(s.dtns)) for s in topology.spec.sites
+           if s.beyond is not None and not s.switches]
+    in_sites = {d for *_, dtns in out for d in dtns}
+    used = {name for name, *_ in out}
+    for port in topology.interdomain.values():
+        if any(beyond == port.name for _, beyond, *_ in out):
+            continue
+        name = nsa_short(port.peer.nsa)
+        if name in used:
+            name = f"{name} ({port.name})"
+        used.add(name)
+        out.append((name, port.name, None, None,
+                    tuple(d for d in topology.remote_site_dtns(port.name) if d not in in_sites)))
+    return out
+
+
+@dataclass(frozen=True)
 class MapLayout:
     width: float
     height: float
@@ -122,6 +168,7 @@ class MapLayout:
     floor_share: float  # the share of the width (height) the show floor's pane asks for
     floor_side: str  # "left" or "right": where the show floor's pane goes beside the WAN's
     ring_circular: bool  # the booths all round the ring (no WAN link leaves the show floor), else in an arc
+    remote: tuple[RemotePoint, ...] = ()  # the neighbouring domains' sites (`remote_sites`)
 
     def page_json(self) -> dict[str, Any]:
         """The panes and the rules with which the page fits them to its window (`pane_rects`,
@@ -461,14 +508,23 @@ def map_layout(topology: Topology, width: float = WIDTH, height: float = HEIGHT)
         if name not in placed:
             items[f"switch:{name}"] = None
             members[f"switch:{name}"] = [name]
+    # remote sites: items of the WAN pane too, each a pseudo switch "remote:NAME" joined to its port's switch
+    remote = remote_sites(topology)
+    edges = [(link.a, link.b) for link in topology.links.values()]
+    for name, port, lat, lon, _ in remote:
+        key = f"remote:{name}"
+        items[key] = (lon, lat) if lat is not None and lon is not None else None
+        members[key] = [key]
+        edges.append((topology.interdomain[port].switch, key))
+    located_any = located or any(lat is not None and lon is not None for _, _, lat, lon, _ in remote)
     pane_names = (["floor"] if floor_sites else []) + (["wan"] if items else [])
 
-    edges = [(link.a, link.b) for link in topology.links.values()]
     floor_set = set(floor_switches)
     floor_side = "left"
-    if floor_sites and located:
+    wan_lons = [lonlat[0] for lonlat in items.values() if lonlat is not None]
+    if floor_sites and wan_lons:
         floor_lons = [sites[s].lon for s in floor_sites if sites[s].lon is not None]
-        if floor_lons and sum(floor_lons) / len(floor_lons) > sum(lon for lon, _ in located.values()) / len(located):
+        if floor_lons and sum(floor_lons) / len(floor_lons) > sum(wan_lons) / len(wan_lons):
             floor_side = "right"
     share = 0.0
     if floor_sites:
@@ -502,14 +558,19 @@ def map_layout(topology: Topology, width: float = WIDTH, height: float = HEIGHT)
         if name == "floor":
             panes.append(Pane("floor", "ring", "show floor · schematic", x, y, w, h))
         else:
-            title = ("WAN · geographic, not to scale" if located and floor_sites else "WAN" if floor_sites else "")
+            title = ("WAN · geographic, not to scale" if located_any and floor_sites else "WAN" if floor_sites else "")
             panes.append(Pane("wan", "area", title, x, y, w, h))
     site_list = tuple(SitePoint(s.name, s.kind, round(site_points[s.name][0], 1), round(site_points[s.name][1], 1),
                                 s.lat, s.lon, tuple(site_members[s.name]), "floor" if s.name in floor_sites else "wan")
                       for s in topology.spec.sites if s.name in site_points)
     ordered = {name: points[name] for name in topology.switches}
+    remote_list = tuple(
+        RemotePoint(name, port, topology.interdomain[port].switch, topology.interdomain[port].peer.nsa,
+                    round(points[f"remote:{name}"][0], 1), round(points[f"remote:{name}"][1], 1), lat, lon, dtns,
+                    replace(placements[f"remote:{name}"], role="remote"))
+        for name, port, lat, lon, dtns in remote)
     return MapLayout(width, height, site_list, ordered, tuple(panes),
-                     {name: placements[name] for name in topology.switches}, share, floor_side, circular)
+                     {name: placements[name] for name in topology.switches}, share, floor_side, circular, remote_list)
 
 
 def _place_wan(items: dict[str, tuple[float, float] | None], members: dict[str, list[str]],

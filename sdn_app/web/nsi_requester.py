@@ -22,7 +22,7 @@ import logging
 import re
 import ssl
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -675,7 +675,8 @@ class NsiPeer:
                                    f"{error or type(error).__name__}", self.provider_nsa) from None
         return parse_reply(content, status, operation, self.provider_nsa, header.correlation_id)
 
-    async def _call(self, operation: str, body: etree._Element, connection_id: str) -> tuple[Reply, Callback]:
+    async def _call(self, operation: str, body: etree._Element, connection_id: str,
+                    on_reply: Callable[[str], Awaitable[object]] | None = None) -> tuple[Reply, Callback]:
         header = request_header(self.requester_nsa, self.provider_nsa, self.reply_to)
         success, refusals = _ANSWERS[operation]
         # OpenNSA may send the callback before its HTTP reply: wait for it before posting
@@ -683,6 +684,8 @@ class NsiPeer:
         try:
             reply = await self._post(header, operation, body)
             connection_id = reply.connection_id or connection_id
+            if on_reply is not None:
+                await on_reply(connection_id)
             try:
                 callback = await asyncio.wait_for(future, self.callback_timeout)
             except TimeoutError:
@@ -701,11 +704,14 @@ class NsiPeer:
         return reply, callback
 
     async def reserve(self, source_stp: str, dest_stp: str, capacity_mbps: int, end: datetime.datetime | None,
-                      start: datetime.datetime | None = None, **options: object) -> ReserveConfirmed:
+                      start: datetime.datetime | None = None, *,
+                      on_reply: Callable[[str], Awaitable[object]] | None = None,
+                      **options: object) -> ReserveConfirmed:
         """Hold a connection between the STPs (options as `reserve()`: source_vlan, dest_vlan, description,
-        ...): the confirmation, with the connection id and the criteria the provider confirmed (its VLANs)."""
+        ...): the confirmation, with the connection id and the criteria the provider confirmed (its VLANs).
+        `on_reply` learns the connection id from the synchronous reply, before the confirmation comes."""
         body = reserve(source_stp, dest_stp, capacity_mbps, end, start, **options)  # type: ignore[arg-type]
-        _, callback = await self._call("reserve", body, str(options.get("connection_id") or ""))
+        _, callback = await self._call("reserve", body, str(options.get("connection_id") or ""), on_reply)
         assert isinstance(callback, ReserveConfirmed)
         return callback
 

@@ -152,8 +152,12 @@ class SegmentRunner:
         connection_id = ""
         try:
             peer = self._peer(segment)
+
+            async def held(cid: str) -> None:
+                # recorded before the confirmation: a restart in between still knows what to terminate
+                await self._core(lambda desk: desk.advance(segment.reservation, "reserving", cid))
             confirmed = await peer.reserve(segment.source_stp, segment.dest_stp, segment.capacity_mbps,
-                                           _datetime(segment.end), _datetime(segment.start),
+                                           _datetime(segment.end), _datetime(segment.start), on_reply=held,
                                            description=f"tsdn {segment.reservation} via {segment.interdomain}")
             connection_id = confirmed.connection_id
             log.info("NSI segment %s held at %s for %s: %s -> %s", connection_id, segment.peer_nsa,

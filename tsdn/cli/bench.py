@@ -89,6 +89,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     sense.add_argument("--ledger-only", action="store_true", help="skip the run on switches in Mininet")
     sense.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
     sense.set_defaults(run=run_sense)
+    nsi = sub.add_parser("nsi", help="NSI CS 2.0 connections reserved to provisioned (data plane up) per second by "
+                                     "16 requesters, and the time it takes, against gRPC, with a sample of the real "
+                                     "onsa (ledger only; on sc16 in Mininet too with root, Mininet, OVS)")
+    nsi.add_argument("--quick", action="store_true", help="96 connections; finishes in under a minute")
+    nsi.add_argument("--connections", type=_claims, metavar="N",
+                     help="connections (and baseline reservations), one per ordered DTN pair (default 600; 96 with "
+                          "--quick)")
+    nsi.add_argument("--clients", type=_claims, default=16, metavar="N", help="concurrent requesters (default 16)")
+    nsi.add_argument("--ledger-only", action="store_true", help="skip the run on switches in Mininet")
+    nsi.add_argument("--seed", type=int, default=16, help="random seed for DTN pairs")
+    nsi.set_defaults(run=run_nsi)
     failover = sub.add_parser("failover", help="kill -9 of the leader of 3 controllers sharing etcd, ring8 in Mininet: "
                                                "time to a new OpenFlow MASTER and to the first admission, what was "
                                                "lost; admissions per second on etcd against SQLite (needs root, "
@@ -207,4 +218,12 @@ def run_sense(args: argparse.Namespace) -> int:
     from benchmarks.sense import main
 
     return main(quick=args.quick, instances=args.instances, clients=args.clients, seed=args.seed,
+                ledger_only=args.ledger_only)
+
+
+def run_nsi(args: argparse.Namespace) -> int:
+    """`tsdn bench nsi [--quick] [--connections N] [--clients N] [--ledger-only] [--seed S]`."""
+    from benchmarks.nsi import main
+
+    return main(quick=args.quick, connections=args.connections, clients=args.clients, seed=args.seed,
                 ledger_only=args.ledger_only)

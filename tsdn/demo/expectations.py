@@ -20,6 +20,10 @@
   it within the `failure` seconds; after each congest_link, every transfer whose path crossed a
   congested direction forwards and whose rate then fell under `UNDERPERFORMING` of its booking
   has moved off it within the `congestion` seconds.
+- `nsi_segments`: every flow with a remote end (a DTN beyond an inter-domain port) got its WAN
+  segment from the neighbour's NSA (a connection id the controller named), moved no data before
+  it (a transfer moved data after it), and the neighbour said at the end that the connection was
+  terminated (its own querySummarySync, `NsiSegment.end`).
 - `timeline`: always checked: every action was carried out and no transfer failed.
 
 Causes are the recording's ground truth, the timeline's own fail_link / restore_link and
@@ -403,6 +407,48 @@ def timeline_ran(recording: Recording) -> Result:
                   "; ".join(problems))
 
 
+def remote_flows(recording: Recording) -> list[str]:
+    """The flows of the timeline with an end in a neighbouring domain, by name."""
+    return sorted(name for name, flow in recording.flows.items()
+                  if flow.src in recording.remote_dtns or flow.dst in recording.remote_dtns)
+
+
+def nsi_segments(recording: Recording) -> Result:
+    expected = ("every flow to a remote DTN over a WAN segment with a connection id, no data before it, "
+                "terminated at the neighbour at the end")
+    names = remote_flows(recording)
+    if not names:
+        return Result("nsi_segments", False, expected, "no flow to a remote DTN")
+    problems: list[str] = []
+    terminated = 0
+    for name in names:
+        flow = recording.flows[name]
+        segment = recording.segments.get(name)
+        moved = [s for s in recording.rates if s.flow == name and s.nominal_bps > 0]
+        if segment is None or not segment.connection_id:
+            why = f" ({flow.state}: {flow.reason})" if flow.reason else f" ({flow.state})"
+            problems.append(f"{name} never got its WAN segment (no connection id){why}")
+            if moved:
+                problems.append(f"{name} moved data without a WAN segment ({len(moved)} report(s))")
+            continue
+        early = [s for s in moved if s.time < segment.confirmed]
+        if early:
+            problems.append(f"{name} moved data at {early[0].time:.1f} s, before its segment {segment.connection_id} "
+                            f"was confirmed at {segment.confirmed:.1f} s")
+        if flow.kind == "transfer" and not moved:
+            problems.append(f"{name} moved no data over {segment.connection_id}")
+        if segment.end == "Terminated":
+            terminated += 1
+        else:
+            problems.append(f"{segment.connection_id} at {segment.nsa} ({name}) not terminated at the end: "
+                            f"{segment.end or 'not asked'}")
+    got = sum(1 for n in names if n in recording.segments and recording.segments[n].connection_id)
+    return Result("nsi_segments", not problems, expected,
+                  f"{got} of {len(names)} flow(s) to remote DTNs over a segment, {terminated} terminated",
+                  "; ".join(problems) or ", ".join(
+                      f"{n}: {recording.segments[n].connection_id} at {recording.segments[n].nsa}" for n in names))
+
+
 def evaluate(scenario: Scenario, recording: Recording) -> list[Result]:
     """Every expectation of `scenario`, in a fixed order, then the timeline check."""
     expect = scenario.expectations
@@ -423,5 +469,7 @@ def evaluate(scenario: Scenario, recording: Recording) -> list[Result]:
         results.append(never_onto_congested(recording))
     if expect.reacted_within is not None:
         results.append(reacted_within(recording, expect.reacted_within.congestion, expect.reacted_within.failure))
+    if expect.nsi_segments:
+        results.append(nsi_segments(recording))
     results.append(timeline_ran(recording))
     return results

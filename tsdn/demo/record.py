@@ -103,6 +103,27 @@ class Flow:
 
 
 @dataclass
+class NsiSegment:
+    """A flow's WAN segment requested over NSI, as the run saw it: where, which connection, and its end."""
+
+    flow: str
+    reservation: str
+    remote_dtn: str
+    nsa: str
+    connection_id: str
+    interdomain: str
+    vlan: int
+    confirmed: float  # when the controller's reservation named it (the neighbour had confirmed it)
+    end: str = ""  # what became of it: the neighbour's lifecycle state at the end (Terminated), or why unknown
+    ended: float | None = None  # when the neighbour was seen to have terminated it
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["confirmed"] = round(self.confirmed, 3)
+        return data
+
+
+@dataclass
 class Recording:
     """Everything one run saw; appended to from several threads."""
 
@@ -114,6 +135,8 @@ class Recording:
     flows: dict[str, Flow] = field(default_factory=dict)
     links: dict[str, tuple[str, str]] = field(default_factory=dict)  # link label -> its two switches
     reservation_flows: dict[str, str] = field(default_factory=dict)  # reservation id -> flow name
+    remote_dtns: dict[str, tuple[str, str]] = field(default_factory=dict)  # remote DTN -> (interdomain port, NSA)
+    segments: dict[str, NsiSegment] = field(default_factory=dict)  # flow name -> its WAN segment
     ended: float = 0.0  # when the timeline stopped (seconds from its start)
     interrupted: bool = False
     error: str = ""

@@ -196,6 +196,7 @@ class Expectations(_Strict):
     unexplained_moves_at_most: Count | None = None
     never_onto_congested: bool = False
     reacted_within: ReactedWithin | None = None
+    nsi_segments: bool = False
 
 
 class Scenario(_Strict):
@@ -460,6 +461,13 @@ def check_scenario(scenario: Scenario, topology: Topology) -> list[str]:
             problems.append("expectations.reacted_within.failure: the timeline fails no link")
         elif reacted.congestion is not None and not congests and not shorthand:
             problems.append("expectations.reacted_within.congestion: the timeline congests no link")
+    if expect.nsi_segments:
+        if not topology.interdomain:
+            problems.append(f"expectations.nsi_segments: topology {topology.name} has no interdomain port")
+        elif not any(topology.is_remote(flow.src) or topology.is_remote(flow.dst) for _, flow in flows.values()
+                     if flow.src in topology.dtns and flow.dst in topology.dtns):
+            problems.append("expectations.nsi_segments: the timeline starts no transfer or reservation to a remote "
+                            "DTN (one beyond an interdomain port)")
     if expect.aggregate_rate is not None and not transfers:
         problems.append("expectations.aggregate_rate: the timeline starts no transfer")
     return problems
