@@ -179,6 +179,10 @@ def reservation_out(r: Reservation, history: list[HistoryEntry] | None = None) -
         message.max_hops = q.max_hops
     if q.src_prefix is not None and q.dst_prefix is not None:
         message.src_prefix, message.dst_prefix = q.src_prefix, q.dst_prefix
+    if q.src_vlan is not None:
+        message.src_vlan = q.src_vlan
+    if q.dst_vlan is not None:
+        message.dst_vlan = q.dst_vlan
     if r.route is not None:
         message.path.CopyFrom(path_out(r.route.primary))
         if r.route.backup is not None:

@@ -172,3 +172,12 @@ def test_a_restart_finds_the_segments_left_under_way(segments: Segments) -> None
     assert [(s.reservation, s.connection_id) for s in again.desk.unfinished()] == [(open_.id, "OP-2")]
     assert again.desk.get(done.id).phase == "active"
     assert again.book.get(PRINCIPAL, open_.id).request.dst_vlan == open_.request.dst_vlan
+
+
+def test_the_api_shows_the_vlan_at_the_inter_domain_port(segments: Segments) -> None:
+    from northbound.convert import reservation_out
+
+    message = reservation_out(segments.book.create(RUCIO, segments.request()))
+    assert message.HasField("dst_vlan") and message.dst_vlan == 1780 and not message.HasField("src_vlan")
+    plain = reservation_out(segments.book.create(RUCIO, segments.request("dtn3")))
+    assert not plain.HasField("dst_vlan") and not plain.HasField("src_vlan")

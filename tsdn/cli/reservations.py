@@ -220,6 +220,11 @@ def _print_reservation(r, args: argparse.Namespace) -> None:
           f"{pb.PathPolicy.Name(r.policy).lower()}, {format_window(_epoch(r.start_time), end)}")
     if r.src_prefix:
         print(f"  traffic: IPv6 {r.src_prefix} <-> {r.dst_prefix}")
+    if r.HasField("src_vlan") or r.HasField("dst_vlan"):
+        ends = [f"{dtn} VLAN {vlan}" if has else f"{dtn} untagged" for dtn, vlan, has in (
+            (r.source_dtn, r.src_vlan, r.HasField("src_vlan")),
+            (r.destination_dtn, r.dst_vlan, r.HasField("dst_vlan")))]
+        print(f"  tagged: {', '.join(ends)}")
     if r.ceiling_bps:
         print(f"  elastic: floor {format_bandwidth(r.bandwidth_bps)}, ceiling {format_bandwidth(r.ceiling_bps)}, "
               f"share now {format_bandwidth(r.share_bps)}, priority {r.priority}")

@@ -125,7 +125,7 @@ class Path(_message.Message):
     def __init__(self, route: _Optional[_Iterable[str]] = ..., hops: _Optional[_Iterable[_Union[Hop, _Mapping]]] = ..., links: _Optional[_Iterable[str]] = ..., hop_count: _Optional[int] = ..., latency_ms: _Optional[float] = ..., free_bps: _Optional[int] = ..., bottleneck: _Optional[str] = ...) -> None: ...
 
 class Reservation(_message.Message):
-    __slots__ = ("name", "id", "owner", "source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "state", "state_reason", "path", "backup_path", "create_time", "update_time", "history", "hold_expire_time", "provision", "priority", "ceiling_bps", "share_bps", "schedule", "src_prefix", "dst_prefix")
+    __slots__ = ("name", "id", "owner", "source_dtn", "destination_dtn", "bandwidth_bps", "start_time", "end_time", "policy", "include", "exclude", "max_hops", "protect", "labels", "request_id", "state", "state_reason", "path", "backup_path", "create_time", "update_time", "history", "hold_expire_time", "provision", "priority", "ceiling_bps", "share_bps", "schedule", "src_prefix", "dst_prefix", "src_vlan", "dst_vlan")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,8 @@ class Reservation(_message.Message):
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     SRC_PREFIX_FIELD_NUMBER: _ClassVar[int]
     DST_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    SRC_VLAN_FIELD_NUMBER: _ClassVar[int]
+    DST_VLAN_FIELD_NUMBER: _ClassVar[int]
     name: str
     id: str
     owner: str
@@ -193,7 +195,9 @@ class Reservation(_message.Message):
     schedule: _containers.RepeatedCompositeFieldContainer[ScheduleStep]
     src_prefix: str
     dst_prefix: str
-    def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[ReservationHistory, _Mapping]]] = ..., hold_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provision: _Optional[bool] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ..., share_bps: _Optional[int] = ..., schedule: _Optional[_Iterable[_Union[ScheduleStep, _Mapping]]] = ..., src_prefix: _Optional[str] = ..., dst_prefix: _Optional[str] = ...) -> None: ...
+    src_vlan: int
+    dst_vlan: int
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[str] = ..., owner: _Optional[str] = ..., source_dtn: _Optional[str] = ..., destination_dtn: _Optional[str] = ..., bandwidth_bps: _Optional[int] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy: _Optional[_Union[PathPolicy, str]] = ..., include: _Optional[_Iterable[str]] = ..., exclude: _Optional[_Iterable[str]] = ..., max_hops: _Optional[int] = ..., protect: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., state: _Optional[_Union[ReservationState, str]] = ..., state_reason: _Optional[str] = ..., path: _Optional[_Union[Path, _Mapping]] = ..., backup_path: _Optional[_Union[Path, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., history: _Optional[_Iterable[_Union[ReservationHistory, _Mapping]]] = ..., hold_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., provision: _Optional[bool] = ..., priority: _Optional[int] = ..., ceiling_bps: _Optional[int] = ..., share_bps: _Optional[int] = ..., schedule: _Optional[_Iterable[_Union[ScheduleStep, _Mapping]]] = ..., src_prefix: _Optional[str] = ..., dst_prefix: _Optional[str] = ..., src_vlan: _Optional[int] = ..., dst_vlan: _Optional[int] = ...) -> None: ...
 
 class ScheduleStep(_message.Message):
     __slots__ = ("start_time", "end_time", "bandwidth_bps")
