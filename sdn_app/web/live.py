@@ -11,6 +11,13 @@ that is not the controller's; each reservation carries the reason of its last mo
 typed decision of its last change (`core.decisions`: the verdict shown is the record's, never
 read from the reason text).
 
+Domains: the snapshot's topology lists the interdomain ports and the neighbouring domains' remote
+sites (placed in the WAN's area by `layout`). A reservation with a remote end carries the remote
+part of its route (its switch, the interdomain port, the remote site) and, in `nsi`, what was
+requested over NSI: the neighbour's NSA and, once both segments are booked, the remote connection
+id, port and VLAN read back from its reason (`nsi_segments.SEGMENT_NOTE`); a reservation booked by
+another domain through tsdn's NSI provider carries its NSI connection id.
+
 Threads: one follows the reservation events, one ticks every `interval` seconds (loads, link
 states, throughput history, metrics). Each page's server-sent-events stream is a queue fed by
 both: `subscribe()` returns the queue, whose first message is the full snapshot; then
@@ -29,12 +36,15 @@ from collections.abc import Callable
 from typing import Any
 
 from sdn_app.core.decisions import Kind, to_dict
+from sdn_app.core.nsi import LABEL as NSI_LABEL
+from sdn_app.core.nsi_segments import SEGMENT_LABEL, SEGMENT_NOTE
 from sdn_app.core.rerouting.congestion import Condition
 from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
 from sdn_app.core.topology import Topology
+from sdn_app.core.topology_schema import format_vlans
 from sdn_app.core.units import format_bandwidth
 from sdn_app.core.utilization import DirectionLoad, UtilizationMeter, aggregate_bps
-from sdn_app.web.layout import map_layout
+from sdn_app.web.layout import MapLayout, map_layout, nsa_short
 from sdn_app.web.metrics import ControllerMetrics, reroute_cause
 
 log = logging.getLogger("tsdn.web")
@@ -59,9 +69,56 @@ def load_json(load: DirectionLoad) -> dict[str, Any]:
             "fraction": _ratio(load.fraction)}
 
 
-def reservation_json(r: Reservation, last_move: dict[str, Any] | None = None) -> dict[str, Any]:
+class Domains:
+    """Where the neighbouring domains are on the map: each remote DTN's interdomain port, switch and
+    remote site (`layout.remote`)."""
+
+    def __init__(self, topology: Topology, layout: MapLayout):
+        self.topology = topology
+        self._site = {dtn: point.name for point in layout.remote for dtn in point.dtns}
+
+    def remote_parts(self, r: Reservation) -> list[dict[str, Any]]:
+        """The parts of `r`'s route beyond tsdn's domain: per remote end, from the interdomain
+        port's switch across the port to the remote site."""
+        parts = []
+        for end in (r.request.src, r.request.dst):
+            dtn = self.topology.dtns.get(end)
+            if dtn is None or dtn.beyond is None:
+                continue
+            port = self.topology.interdomain[dtn.beyond]
+            parts.append({"end": end, "port": port.name, "switch": port.switch, "site": self._site.get(end),
+                          "domain": port.peer.nsa, "domain_name": nsa_short(port.peer.nsa)})
+        return parts
+
+
+def nsi_json(r: Reservation) -> dict[str, Any] | None:
+    """What of `r` is NSI's: `requested` (tsdn asked a neighbour for its WAN segment: the
+    neighbour's NSA and, once booked, the remote connection id, port and VLAN), `provided` (another
+    domain booked it through tsdn's NSI provider: its connection id), or None; `text` says it."""
+    peer = r.labels.get(SEGMENT_LABEL)
+    if peer:
+        short = nsa_short(peer)
+        found = SEGMENT_NOTE.search(r.reason or "")
+        if found is not None and found["nsa"] == peer:
+            return {"kind": "requested", "nsa": peer, "domain_name": short, "connection_id": found["connection"],
+                    "port": found["port"], "vlan": int(found["vlan"]),
+                    "text": f"NSI {found['connection']} at {short}, VLAN {found['vlan']}"}
+        vlan = r.request.dst_vlan if r.request.dst_vlan is not None else r.request.src_vlan
+        return {"kind": "requested", "nsa": peer, "domain_name": short, "connection_id": None, "port": None,
+                "vlan": vlan, "text": f"NSI segment at {short}: " + ("requesting" if not r.state.is_final
+                                                                      else r.state.value.lower())}
+    connection = r.labels.get(NSI_LABEL)
+    if connection:
+        return {"kind": "provided", "connection_id": connection,
+                "text": f"NSI {connection}, booked through tsdn by {r.owner}"}
+    return None
+
+
+def reservation_json(r: Reservation, last_move: dict[str, Any] | None = None,
+                     domains: Domains | None = None) -> dict[str, Any]:
     """A live reservation for the page, with the typed decision of its last change (its `verdict`
-    is shown); `last_move`: when, why and the reason of its last move."""
+    is shown); `last_move`: when, why and the reason of its last move; its `nsi` part (`nsi_json`)
+    and, with `domains`, the `remote` parts of its route."""
     decision = r.decision
     primary = r.route.primary if r.route is not None else None
     backup = r.route.backup if r.route is not None else None
@@ -73,7 +130,8 @@ def reservation_json(r: Reservation, last_move: dict[str, Any] | None = None) ->
             "backup_links": list(backup.links) if backup else [], "labels": dict(r.labels), "last_move": last_move,
             "priority": r.priority, "floor_bps": r.request.bandwidth if r.elastic else None,
             "ceiling_bps": r.ceiling or None, "share_bps": r.meter_bps, "share": format_bandwidth(r.meter_bps),
-            "terms": _terms_text(r)}
+            "terms": _terms_text(r), "nsi": nsi_json(r),
+            "remote": domains.remote_parts(r) if domains is not None else []}
 
 
 def _terms_text(r: Reservation) -> str:
@@ -139,6 +197,7 @@ class LiveMap:
         self.wall_clock = wall_clock
         self.metrics = ControllerMetrics()
         self.layout = map_layout(topology)
+        self.domains = Domains(topology, self.layout)
         self._shown_directions = {d.id: (d.link, d.src, d.dst) for d in topology.directions.values()
                                   if not d.is_access}
         self._congested: list[dict[str, Any]] = []  # every congested direction, access links included
@@ -241,7 +300,7 @@ class LiveMap:
             elif cause is not None:
                 self._last_moves[r.id] = {"time": event.time, "cause": cause, "reason": event.reason,
                                           "links": list(r.route.primary.links) if r.route is not None else []}
-            shown = reservation_json(r, self._last_moves.get(r.id))
+            shown = reservation_json(r, self._last_moves.get(r.id), self.domains)
             if r.state.is_final:
                 self._reservations.pop(r.id, None)
             else:
@@ -318,7 +377,8 @@ class LiveMap:
             self._conditions = conditions
             self._congested = congested
             if core is not None:
-                self._reservations = {r.id: reservation_json(r, self._last_moves.get(r.id)) for r in core[0]}
+                self._reservations = {r.id: reservation_json(r, self._last_moves.get(r.id), self.domains)
+                                      for r in core[0]}
             reserved = sum(r["bandwidth_bps"] for r in self._reservations.values()
                            if r["state"] in ("ACTIVE", "MOVING", "DEGRADED"))
             point = {"time": now, "measured_bps": round(measured, 1), "reserved_bps": reserved}
@@ -361,7 +421,16 @@ class LiveMap:
             "links": [{"name": name, "a": spec.a, "b": spec.b, "a_port": spec.a_port, "b_port": spec.b_port,
                        "kind": spec.kind, "capacity_ab": topo.link_directions[name][0].capacity,
                        "capacity_ba": topo.link_directions[name][1].capacity} for name, spec in topo.links.items()],
-            "dtns": [{"name": d.name, "switch": d.switch, "nic_speed": d.nic_speed} for d in topo.dtns.values()],
+            "dtns": [{"name": d.name, "switch": d.switch, "nic_speed": d.nic_speed, "beyond": d.beyond,
+                      "domain": topo.domain_of(d.name)} for d in topo.dtns.values()],
+            "interdomain": [{"name": p.name, "switch": p.switch, "port": p.port, "capacity": p.capacity,
+                             "vlans": format_vlans(p.vlans), "peer_nsa": p.peer.nsa, "peer_stp": p.peer.stp,
+                             "domain_name": nsa_short(p.peer.nsa), "description": p.description,
+                             "sites": [s.name for s in layout.remote if s.port == p.name]}
+                            for p in topo.interdomain.values()],
+            "remote_sites": [{"name": s.name, "port": s.port, "switch": s.switch, "domain": s.domain,
+                              "domain_name": nsa_short(s.domain), "lat": s.lat, "lon": s.lon, "x": s.x, "y": s.y,
+                              "dtns": list(s.dtns), **s.placement.json()} for s in layout.remote],
         }
 
     def _snapshot_locked(self) -> dict[str, Any]:

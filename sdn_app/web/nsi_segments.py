@@ -41,6 +41,7 @@ log = logging.getLogger("tsdn.nsi.segments")
 T = TypeVar("T")
 CORE_TIMEOUT = 30.0
 EVENT_BATCH = 500
+START_SLACK = 5.0  # seconds: a window starting sooner is asked at the neighbour from now
 
 
 def _datetime(seconds: float) -> datetime.datetime | None:
@@ -156,8 +157,11 @@ class SegmentRunner:
             async def held(cid: str) -> None:
                 # recorded before the confirmation: a restart in between still knows what to terminate
                 await self._core(lambda desk: desk.advance(segment.reservation, "reserving", cid))
+            # a window that runs already is asked from now: providers refuse a start time in the past
+            # (OpenNSA: "Start time in the past"), and the reservation's start is by the time it gets there
+            start = _datetime(segment.start) if segment.start > self.context.clock.now() + START_SLACK else None
             confirmed = await peer.reserve(segment.source_stp, segment.dest_stp, segment.capacity_mbps,
-                                           _datetime(segment.end), _datetime(segment.start), on_reply=held,
+                                           _datetime(segment.end), start, on_reply=held,
                                            description=f"tsdn {segment.reservation} via {segment.interdomain}")
             connection_id = confirmed.connection_id
             log.info("NSI segment %s held at %s for %s: %s -> %s", connection_id, segment.peer_nsa,

@@ -243,6 +243,18 @@ def render_html(scenario: Scenario, recording: Recording, results: Sequence[Resu
                      "controller's typed decision, not read from the reason. A move with nothing on its old "
                      "path is part of a rearrangement (cause <code>rearrangement</code>) or asked for.</p>")
         parts.append(_table(["time (s)", "flow", "from", "to", "cause", "old path then", "reason"], reroutes))
+    segments = segment_rows(recording)
+    if segments:
+        parts.append("<h2>NSI segments</h2>")
+        parts.append("<p>Which part of each flow is tsdn's and which was requested over NSI. A flow to a DTN in "
+                     "a neighbouring domain crosses an inter-domain port: tsdn programs its switches up to that "
+                     "port, and the rest is a VLAN circuit the neighbour's NSA booked for it (the remote "
+                     "connection id is the neighbour's). <em>confirmed</em>: when the controller committed the "
+                     "flow with the neighbour's segment booked; <em>at the end</em>: what the neighbour itself "
+                     "said of the connection when the run ended (querySummarySync). The other flows stayed on "
+                     "tsdn's switches.</p>")
+        parts.append(_table(["flow", "DTNs", "whose", "neighbour NSA", "remote connection id", "inter-domain port",
+                             "VLAN", "confirmed (s)", "at the end"], segments))
     parts.append("<h2>Final state</h2>")
     parts.append(_table(["name", "kind", "DTNs", "state", "rate / booked", "path"], flow_rows(recording)))
     parts.append("<h2>Timeline of events</h2>")
@@ -252,6 +264,34 @@ def render_html(scenario: Scenario, recording: Recording, results: Sequence[Resu
                  "<a href='samples.jsonl'>samples.jsonl</a> (rate reports and booking samples).</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def segment_rows(recording: Recording) -> list[tuple[str, ...]]:
+    """Per flow of the timeline, when any DTN of the topology is remote: the WAN segment it crossed
+    (neighbour NSA, remote connection id, inter-domain port, VLAN, when confirmed, its end), or that it
+    stayed on tsdn's switches. Empty when the topology has no remote DTN."""
+    if not recording.remote_dtns:
+        return []
+    rows = []
+    for name, flow in sorted(recording.flows.items()):
+        remote = flow.dst if flow.dst in recording.remote_dtns else flow.src if flow.src in recording.remote_dtns \
+            else ""
+        ends = f"{flow.src} -> {flow.dst}"
+        if not remote:
+            rows.append((name, ends, "tsdn's", "-", "-", "-", "-", "-", "tsdn's switches only"))
+            continue
+        segment = recording.segments.get(name)
+        port, nsa = recording.remote_dtns[remote]
+        if segment is None:
+            rows.append((name, ends, "tsdn's + NSI", nsa, "none: never booked", port, "-", "-",
+                         f"{flow.state}{': ' + flow.reason if flow.reason else ''}"))
+            continue
+        end = segment.end or "not asked"
+        if segment.ended is not None:
+            end += f" (seen at {segment.ended:.1f} s)"
+        rows.append((name, ends, "tsdn's + NSI", segment.nsa, segment.connection_id, segment.interdomain,
+                     str(segment.vlan), f"{segment.confirmed:.1f}", end))
+    return rows
 
 
 def congestion_rows(recording: Recording) -> list[tuple[str, ...]]:
@@ -284,6 +324,8 @@ def write_report(out_dir: Path, scenario: Scenario, recording: Recording, result
     """Write report.html, events.jsonl, samples.jsonl, throughput.png and aggregate.png; return report.html."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(out_dir / "events.jsonl", [e.to_dict() for e in recording.sorted_events()])
+    if recording.segments:
+        write_jsonl(out_dir / "segments.jsonl", [s.to_dict() for s in recording.segments.values()])
     write_jsonl(out_dir / "samples.jsonl", [{"type": "rate", **s.to_dict()} for s in recording.rates]
                 + [{"type": "booking", **s.to_dict()} for s in recording.bookings]
                 + [{"type": "link", **s.to_dict()} for s in recording.link_loads])

@@ -32,11 +32,15 @@ import yaml
 
 from sdn_app.core import decisions
 from sdn_app.core.errors import FailedPrecondition
+from sdn_app.core.nsi import nsa_id
+from sdn_app.core.nsi_segments import SEGMENT_LABEL, SEGMENT_NOTE
 from sdn_app.core.units import format_bandwidth
+from sdn_app.core.validation import default_domain
 from tsdn.demo.console import Console
 from tsdn.demo.cross_traffic import CrossTraffic
 from tsdn.demo.expectations import evaluate
-from tsdn.demo.record import BookingSample, Flow, LinkSample, RateSample, Recording
+from tsdn.demo.peers import PeerSetupError, RunningPeers, lifecycles, neighbours, require_recipe
+from tsdn.demo.record import BookingSample, Flow, LinkSample, NsiSegment, RateSample, Recording
 from tsdn.demo.report import summary, write_report
 from tsdn.demo.scenario import (
     ClearLinkAction,
@@ -58,6 +62,7 @@ EXIT_FAILED = 1
 EXIT_SETUP = 3
 EXIT_INTERRUPTED = 130
 SERVICE_TOKEN_PRINCIPAL = "demo"
+SEGMENT_END_DEADLINE = 45.0  # seconds the neighbours get, after the last release, to have terminated every segment
 
 
 class SetupError(FailedPrecondition):
@@ -123,6 +128,10 @@ class DemoRunner:
         self.recording.links = {link.label: (link.a, link.b) for link in self.topology.spec.links}
         for link in self.topology.spec.links:
             self.recording.links[link.label] = (link.a, link.b)
+        for dtn in self.topology.spec.dtns:
+            if dtn.beyond is not None:
+                self.recording.remote_dtns[dtn.name] = (dtn.beyond, self.topology.interdomain[dtn.beyond].peer.nsa)
+        self._peers: RunningPeers | None = None
         self.t0: float | None = None
         self._setup_start = time.time()
         self._stack = contextlib.ExitStack()
@@ -221,6 +230,8 @@ class DemoRunner:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._workdir = Path(tempfile.mkdtemp(prefix="tsdn-demo-"))
         self._stack.callback(shutil.rmtree, self._workdir, True)
+        if self.topology.spec.interdomain:
+            self._start_neighbours()
         tokens = self._write_tokens()
         address = self._start_controller(tokens)
         self._client = TsdnClient(address, token=(self._workdir / "service.token").read_text(), timeout=15)
@@ -255,6 +266,34 @@ class DemoRunner:
                 ends.update(self.recording.links[action.link])
         return [s.name for s in self.topology.spec.switches if s.name in ends]
 
+    def _start_neighbours(self) -> None:
+        """An OpenNSA for each neighbour NSA of the inter-domain ports, before the controller (stopped after it)."""
+        try:
+            wanted = neighbours(self.topology)
+            self._peers = RunningPeers(require_recipe())
+        except PeerSetupError as error:
+            raise SetupError(str(error)) from None
+        peers = self._peers
+        self._stack.callback(self._stop_neighbours)
+        for neighbour in wanted:
+            began = time.monotonic()
+            try:
+                peers.start(neighbour, self.out_dir)
+            except PeerSetupError as error:
+                raise SetupError(str(error)) from None
+            self.event("setup", f"neighbour {neighbour.nsa}: OpenNSA on {neighbour.url} with STPs "
+                                f"{', '.join(name for name, *_ in neighbour.stps)} "
+                                f"({time.monotonic() - began:.1f} s)")
+            self.console.say(self.recording.events[-1].details["message"])
+
+    def _stop_neighbours(self) -> None:
+        if self._peers is None:
+            return
+        for nsa in list(self._peers.started):
+            with contextlib.suppress(OSError):
+                self._peers.keep_log(nsa, self.out_dir)
+        self._peers.stop()
+
     def _write_tokens(self) -> Path:
         assert self._workdir is not None
         service = os.urandom(16).hex()
@@ -280,6 +319,9 @@ class DemoRunner:
             http = ["--listen-http", self.http]
         elif self.http:
             self.console.say(f"note: {self.http} is busy: no live map this run (--http to pick another address)")
+        if "--no-http" in http and self.topology.spec.interdomain:
+            # The neighbours' NSI callbacks come to the controller's HTTP side (RequesterService2).
+            http = ["--listen-http", f"127.0.0.1:{free_port()}"]
         command = [*tsdn_command(), "controller", "--topology", str(self.loaded.topology_path),
                    "--listen-grpc", "127.0.0.1:0", "--state", str(self._workdir / "tsdn.db"), "--tokens", str(tokens),
                    "--listen-openflow", f"127.0.0.1:{self._openflow_port}",
@@ -447,10 +489,93 @@ class DemoRunner:
                                          old=list(previous_path), new=list(path), reason=payload.reason,
                                          old_links=list(previous_links), new_links=list(links),
                                          cause=decision.cause if decision is not None else None, **extra, **typed)
+                if SEGMENT_LABEL in reservation.labels:
+                    self._segment_seen(name, reservation, payload.reason, at)
                 if self._reservation_states.get(reservation.id) != reservation.state:
                     self._reservation_states[reservation.id] = reservation.state
                     self.recording.event(at, "reservation", message=f"{name}: {state}: {payload.reason}", flow=name,
                                          state=state, path=list(path), links=list(links), **typed)
+
+    def _segment_seen(self, name: str, reservation, reason: str, at: float) -> None:
+        """A reservation with a remote end: once its reason names its WAN segment (the neighbour
+        confirmed it and the controller committed the local part), record it and deliver the circuit
+        to the remote DTN, as the neighbour's edge would."""
+        found = SEGMENT_NOTE.search(reservation.state_reason) or SEGMENT_NOTE.search(reason)
+        if found is None:
+            return
+        known = self.recording.segments.get(name)
+        if known is not None and known.connection_id == found["connection"] and known.reservation == reservation.id:
+            return
+        flow = self.recording.flows.get(name)
+        ends = (flow.src, flow.dst) if flow is not None else ()
+        remote = next((d for d in ends if d in self.recording.remote_dtns), "")
+        segment = NsiSegment(name, reservation.id, remote, found["nsa"], found["connection"], found["port"],
+                             int(found["vlan"]), at)
+        self.recording.segments[name] = segment
+        delivered = ""
+        if remote:
+            try:
+                delivered = f"; {self._deliver(remote, segment.vlan)}"
+            except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+                delivered = f"; the circuit could not be delivered to {remote}: {error}"
+        self.recording.event(at, "nsi_segment", message=f"{name}: WAN segment {segment.connection_id} at {segment.nsa} "
+                             f"via {segment.interdomain}, VLAN {segment.vlan}{delivered}", flow=name,
+                             connection=segment.connection_id, nsa=segment.nsa, port=segment.interdomain,
+                             vlan=segment.vlan, remote_dtn=remote)
+
+    def _deliver(self, dtn: str, vlan: int) -> str:
+        """Make the remote DTN's port on its WAN bridge an access port of `vlan`: the bridge strips the
+        circuit's VLAN towards the DTN and adds it from the DTN (no 802.1Q needed in the host)."""
+        if self._net is None:
+            raise RuntimeError("no Mininet network")
+        intf = self._net.host(dtn).defaultIntf()
+        link = intf.link
+        if link is None:
+            raise RuntimeError(f"{intf.name} of {dtn} is not cabled")
+        bridge_port = link.intf2 if link.intf1 is intf else link.intf1
+        done = subprocess.run(["ovs-vsctl", "--timeout=10", "set", "port", bridge_port.name, f"tag={vlan}"],
+                              capture_output=True, text=True, timeout=20, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"ovs-vsctl set port {bridge_port.name} tag={vlan}: {done.stderr.strip()}")
+        return f"{bridge_port.name} (the neighbour's edge towards {dtn}) is an access port of VLAN {vlan}"
+
+    def _segments_ended(self) -> None:
+        """After the last release: wait until each neighbour says every segment's connection is
+        terminated (querySummarySync), or the deadline; record what each said."""
+        if not self.recording.segments:
+            return
+        requester = nsa_id(default_domain(self.topology.name))  # the controller runs without --domain
+        urls = {p.peer.nsa: p.peer.url or "" for p in self.topology.spec.interdomain}
+        deadline = time.monotonic() + SEGMENT_END_DEADLINE
+        pending = {s.flow: s for s in self.recording.segments.values()}
+        while pending:
+            by_nsa: dict[str, list[NsiSegment]] = {}
+            for segment in pending.values():
+                by_nsa.setdefault(segment.nsa, []).append(segment)
+            for nsa, segments in by_nsa.items():
+                try:
+                    said = lifecycles(urls.get(nsa, ""), nsa, requester, [s.connection_id for s in segments])
+                except Exception as error:  # whatever the query raised is the answer recorded
+                    said = {s.connection_id: f"query failed: {error}" for s in segments}
+                for segment in segments:
+                    segment.end = said.get(segment.connection_id, f"unknown to {nsa}")
+                    if segment.end == "Terminated":
+                        segment.ended = self.now()
+                        del pending[segment.flow]
+                        self.recording.event(self.now(), "nsi_segment_end",
+                                             message=f"{segment.flow}: {segment.connection_id} at {nsa} terminated "
+                                                     "(the neighbour's querySummarySync)",
+                                             flow=segment.flow, connection=segment.connection_id, nsa=nsa,
+                                             lifecycle=segment.end)
+            if not pending or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)  # polling interval of the neighbours' answer, with a deadline
+        for segment in pending.values():
+            self.recording.event(self.now(), "nsi_segment_end",
+                                 message=f"{segment.flow}: {segment.connection_id} at {segment.nsa} not terminated "
+                                         f"{SEGMENT_END_DEADLINE:g} s after the end: {segment.end}",
+                                 flow=segment.flow, connection=segment.connection_id, nsa=segment.nsa,
+                                 lifecycle=segment.end)
 
     def _stamp(self, event) -> float:
         """An event's time on the timeline clock (snapshots carry none: now)."""
@@ -675,6 +800,8 @@ class DemoRunner:
             if self.recording.interrupted:
                 with contextlib.suppress(Exception):
                     self._finish_flows()
+            with contextlib.suppress(Exception):
+                self._segments_ended()
         # Agents first (their hosts vanish with Mininet), then Mininet, then the controller:
         # the ExitStack unwinds in reverse order of setup.
         for dtn, process in list(self._agents.items()):

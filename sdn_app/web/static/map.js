@@ -7,19 +7,23 @@
 // same two switches are bowed apart and a link that would pass over a switch is bent around it,
 // so each can be hovered on its own; every label goes where it covers no other label and no
 // switch, or is hidden (the map then says how many, and hovering still names everything).
+// Domains: the neighbouring domains' remote sites are points of the WAN's area ("remote:NAME" in
+// state.pos), each joined to the switch of its interdomain port by a dashed edge that is not
+// tsdn's; a reservation with a remote end draws that part of its route dotted, named by its NSI
+// connection.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
 const PALETTE = ["#ff6ad5", "#5ec8ff", "#ffb347", "#b388ff", "#4dd0b1", "#ff7a7a", "#f4f17a", "#7ab8ff",
                  "#c6ff7a", "#ff9fd2", "#9ef0ff", "#ffc98a"];
 const HISTORY_SECONDS = 300;
-const RADIUS = { hub: 12, booth: 10, wan: 8, free: 7 };  // a switch's circle, by its role in the layout
+const RADIUS = { hub: 12, booth: 10, wan: 8, free: 7, remote: 9 };  // a switch's circle, by its role in the layout
 const PARALLEL_SPACING = 22;  // px between the middles of two links that join the same two switches
 const CLEARANCE = 14;  // px a link keeps from the edge of a switch it does not end at
 const LABEL_PAD = 3;  // px kept clear around every label
 
 const state = { topo: null, pos: {}, radius: {}, geom: {}, links: {}, reservations: {}, colors: {}, nextColor: 0,
-                history: [], size: [0, 0], track: {}, order: [], obstacles: null, soft: null };
+                history: [], size: [0, 0], track: {}, order: [], obstacles: null, soft: null, edges: [] };
 
 function el(name, attrs, parent) {
   const node = document.createElementNS(SVG, name);
@@ -51,6 +55,30 @@ function loadColor(fraction) {
 function colorFor(id) {
   if (!(id in state.colors)) state.colors[id] = PALETTE[state.nextColor++ % PALETTE.length];
   return state.colors[id];
+}
+
+// -- domains: remote sites and the interdomain edges to them -------------------------------------
+
+function remoteKey(name) { return `remote:${name}`; }
+
+function interdomainEdges(topo) {  // each interdomain port: an edge from its switch to each remote site beyond it
+  const out = [];
+  for (const port of topo.interdomain || []) {
+    const sites = (topo.remote_sites || []).filter((s) => s.port === port.name);
+    sites.forEach((site, i) => out.push({
+      name: sites.length > 1 ? `${port.name}#${i + 1}` : port.name, a: port.switch, b: remoteKey(site.name),
+      capacity_ab: port.capacity, capacity_ba: port.capacity, kind: "interdomain", port, site }));
+  }
+  return out;
+}
+
+function allLinks() { return state.topo.links.concat(state.edges); }  // tsdn's links, then the interdomain edges
+
+function edgeTip(edge) {
+  const p = edge.port;
+  return `${edge.name} [interdomain: not tsdn's, requested over NSI]\n${p.switch}:${p.port} ↔ ${edge.site.name} ` +
+    `(${p.domain_name})\nneighbour NSA ${p.peer_nsa}, STP ${p.peer_stp}\n${fmtCapacity(p.capacity)}, VLANs ${p.vlans}` +
+    (edge.site.dtns.length ? `\nremote DTNs: ${edge.site.dtns.join(", ")}` : "");
 }
 
 // -- fitting the layout's panes to the window (layout.py: pane_rects, ring_frame, area_point) ----
@@ -99,13 +127,14 @@ function placeSwitches(topo, W, H) {
     panes[p.name] = { ...p, rect: rects[p.name], ring: p.kind === "ring" ? ringFrame(rects[p.name], toward, rules) : null };
   }
   const pos = {};
-  for (const s of topo.switches) {
+  const nodes = topo.switches.concat((topo.remote_sites || []).map((s) => ({ ...s, name: remoteKey(s.name) })));
+  for (const s of nodes) {
     const pane = panes[s.pane];
     const [x, y] = pane.ring ? ringPoint(s.u, s.v, pane.ring) : areaPoint(s.u, s.v, pane.rect, rules);
     pos[s.name] = [x + s.dx, y + s.dy];
   }
   // a window smaller than the layout's picture: part switches that came too close (area panes only)
-  const loose = topo.switches.filter((s) => !panes[s.pane].ring);
+  const loose = nodes.filter((s) => !panes[s.pane].ring);
   for (let round = 0; round < 40; round++) {
     let moved = false;
     for (let i = 0; i < loose.length; i++) {
@@ -272,7 +301,8 @@ function ringLanes(topo, ring) {
 function linkGeometry(topo, pos, panes) {
   const geom = panes.floor && panes.floor.ring ? ringLanes(topo, panes.floor.ring) : {};
   const groups = new Map();
-  for (const link of topo.links) {
+  const links = allLinks();
+  for (const link of links) {
     if (link.name in geom) continue;
     const key = link.a < link.b ? `${link.a}\u0000${link.b}` : `${link.b}\u0000${link.a}`;
     if (!groups.has(key)) groups.set(key, []);
@@ -310,7 +340,7 @@ function linkGeometry(topo, pos, panes) {
   for (const [name, b] of Object.entries(bowed)) geom[name] = bow(b);
   // Drawn longest first, so a short link lies on top of a long one it runs along. A link that
   // would still be covered from end to end (by links drawn over it, or switches) bows out more.
-  const order = topo.links.map((l) => l.name).sort((x, y) => curveLength(geom[y]) - curveLength(geom[x]) || (x < y ? -1 : 1));
+  const order = links.map((l) => l.name).sort((x, y) => curveLength(geom[y]) - curveLength(geom[x]) || (x < y ? -1 : 1));
   const above = new Grid();  // pieces of the links drawn over the one being bowed: {a, b, half}
   const nodes = new Grid();
   for (const [name, p] of Object.entries(pos)) {
@@ -367,7 +397,7 @@ function trackWidths(topo) {  // wider for bigger links: a typical link 6 px, te
   const sorted = topo.links.map(capacity).filter((c) => c > 0).sort((x, y) => x - y);
   const typical = sorted.length ? sorted[Math.floor(sorted.length / 2)] : 1;
   const width = (l) => Math.max(3, Math.min(12, 6 + 6 * Math.log10(Math.max(1, capacity(l)) / typical)));
-  return Object.fromEntries(topo.links.map((l) => [l.name, width(l)]));
+  return Object.fromEntries(topo.links.concat(state.edges).map((l) => [l.name, width(l)]));
 }
 
 function hitWidth(track) { return Math.max(10, track + 4); }
@@ -416,7 +446,7 @@ function angleGap(a, b) { const d = Math.abs(a - b) % (2 * Math.PI); return Math
 
 function freeDirection(name, fallback) {  // the middle of the widest gap between the links leaving a switch
   const angles = [];
-  for (const link of state.topo.links) {
+  for (const link of allLinks()) {
     const g = state.geom[link.name];
     if (link.a === name) angles.push(leaving(g));
     else if (link.b === name) angles.push(leaving(reversed(g)));
@@ -512,6 +542,19 @@ function labelSpecs(topo, panes) {
                    candidates: (w, h) => alongCurve(g, half, w, h) });
     }
   }
+  // the neighbouring domains: each remote site by its point, each interdomain edge by its neighbour's name
+  for (const site of topo.remote_sites || []) {
+    const key = remoteKey(site.name), p = state.pos[key], pane = panes[site.pane], r = state.radius[key];
+    specs.push({ key: `remote:${site.name}`, kind: "remote", lines: [site.name, `${site.domain_name} · over NSI`], order: 3,
+                 degree: 1, rect: pane.rect,
+                 candidates: (w, h) => aroundPoint(p, [r + 3, r + 10, r + 20, r + 32], freeDirection(key, outward(p, pane)), w, h) });
+  }
+  for (const edge of state.edges) {
+    const g = state.geom[edge.name], half = state.track[edge.name] / 2;
+    specs.push({ key: `domain:${edge.name}`, kind: "domain", lines: [edge.port.domain_name], order: 2.5, degree: 0,
+                 rect: [0, 0, state.size[0], state.size[1]], skip: edge.name,
+                 candidates: (w, h) => alongCurve(g, half, w, h) });
+  }
   specs.sort((x, y) => x.order - y.order || y.degree - x.degree || (x.key < y.key ? -1 : 1));
   return specs;
 }
@@ -574,7 +617,7 @@ function placeLabels(topo, panes) {
     const b = title.getBBox();
     state.obstacles.add([b.x - 4, b.y - 4, b.x + b.width + 4, b.y + b.height + 4], "title");
   }
-  for (const link of topo.links) {
+  for (const link of allLinks()) {
     const g = state.geom[link.name];
     const steps = Math.max(4, Math.ceil(curveLength(g) / 6));
     for (let i = 1; i < steps; i++) {
@@ -613,9 +656,14 @@ function drawTopology(topo) {
   state.size = [W, H];
   map.setAttribute("viewBox", `0 0 ${W} ${H}`);
   map.setAttribute("data-draws", Number(map.getAttribute("data-draws") || 0) + 1);  // a new window size draws again
-  for (const id of ["panes", "sites", "links", "routes", "switches", "labels"]) document.getElementById(id).replaceChildren();
+  for (const id of ["panes", "sites", "links", "routes", "switches", "labels", "route-labels"]) {
+    document.getElementById(id).replaceChildren();
+  }
   state.radius = {};
   for (const s of topo.switches) state.radius[s.name] = RADIUS[s.role] || RADIUS.wan;
+  for (const s of topo.remote_sites || []) state.radius[remoteKey(s.name)] = RADIUS.remote;
+  state.edges = interdomainEdges(topo);
+  for (const key of document.querySelectorAll(".domain-key")) key.hidden = !state.edges.length;
   const { pos, panes } = placeSwitches(topo, W, H);
   state.pos = pos;
   state.track = trackWidths(topo);
@@ -640,10 +688,18 @@ function drawTopology(topo) {
     el("polyline", { class: "site-group", "data-site": site.name, points: members.map((n) => fmtPt(pos[n])).join(" ") }, sites);
   }
   const links = document.getElementById("links");
-  const byName = Object.fromEntries(topo.links.map((l) => [l.name, l]));
+  const byName = Object.fromEntries(allLinks().map((l) => [l.name, l]));
   for (const link of state.order.map((name) => byName[name])) {
     const g = state.geom[link.name];
     const width = state.track[link.name];
+    if (link.kind === "interdomain") {  // not tsdn's: no load measured, dashed
+      const group = el("g", { class: "link interdomain", "data-link": link.name, "data-port": link.port.name,
+                              "data-domain": link.port.peer_nsa, "data-a": link.a, "data-b": link.b,
+                              "data-tip": edgeTip(link) }, links);
+      el("path", { class: "base", d: curvePath(g), "stroke-width": (width / 2).toFixed(1) }, group);
+      el("path", { class: "hit", d: curvePath(g), "stroke-width": hitWidth(width).toFixed(1) }, group);
+      continue;
+    }
     const group = el("g", { class: "link", "data-link": link.name, "data-state": "up", "data-a": link.a, "data-b": link.b,
                             "data-tip": linkTip(link, null) }, links);
     el("path", { class: "base", d: curvePath(g), "stroke-width": width.toFixed(1) }, group);
@@ -663,6 +719,13 @@ function drawTopology(topo) {
     el("circle", { class: `switch ${s.role}`, cx: x.toFixed(1), cy: y.toFixed(1), r: state.radius[s.name], "data-switch": s.name,
                    "data-tip": `${s.name} (dpid ${s.dpid})${s.description ? ": " + s.description : ""}` +
                                (siteOf[s.name] ? `\nsite: ${siteOf[s.name]}` : "") }, switches);
+  }
+  for (const site of topo.remote_sites || []) {
+    const [x, y] = pos[remoteKey(site.name)];
+    el("circle", { class: "remote-site", cx: x.toFixed(1), cy: y.toFixed(1), r: RADIUS.remote, "data-remote-site": site.name,
+                   "data-tip": `${site.name} [${site.domain_name}: not tsdn's]\nbeyond ${site.port} on ${site.switch}, ` +
+                               `reached over NSI from ${site.domain}` + (site.dtns.length ? `\nremote DTNs: ${site.dtns.join(", ")}` : "") },
+       switches);
   }
   placeLabels(topo, panes);
 }
@@ -747,6 +810,19 @@ function routePath(r, offset) {
   return parts.join(" ");
 }
 
+function remotePath(r, offset) {
+  // each remote part: along the interdomain edge, from the port's switch to the remote site (or back)
+  const parts = [];
+  for (const part of r.remote || []) {
+    const edge = state.edges.find((e) => e.port.name === part.port && (part.site === null || e.site.name === part.site));
+    if (!edge || !state.geom[edge.name]) continue;
+    let g = state.geom[edge.name];  // from the switch to the remote site
+    if (part.end === r.src) g = reversed(g);
+    parts.push({ part, edge, g: offsetCurve(g, offset) });
+  }
+  return parts;
+}
+
 function drawReservations() {
   const layer = document.getElementById("routes");
   const legend = document.getElementById("legend");
@@ -754,19 +830,53 @@ function drawReservations() {
   const keep = new Set(list.map((r) => r.id));
   for (const node of [...layer.children]) if (!keep.has(node.getAttribute("data-reservation"))) node.remove();
   legend.replaceChildren();
+  const routeLabels = document.getElementById("route-labels");
+  routeLabels.replaceChildren();
+  const placedRouteLabels = new Grid();
   let reserved = 0;
   list.forEach((r, i) => {
     const color = colorFor(r.id);
-    let line = layer.querySelector(`path[data-reservation="${r.id}"]`);
+    let line = layer.querySelector(`path.route[data-reservation="${r.id}"]`);
     if (!line) line = el("path", { class: "route", "data-reservation": r.id, stroke: color }, layer);
-    line.setAttribute("d", routePath(r, 9 + 4 * (i % 4)));
+    const offset = 9 + 4 * (i % 4);
+    line.setAttribute("d", routePath(r, offset));
+    // the part requested over NSI: dotted, along the interdomain edge to the remote site
+    const remote = remotePath(r, offset);
+    let far = layer.querySelector(`path.route-remote[data-reservation="${r.id}"]`);
+    if (remote.length && !far) far = el("path", { class: "route-remote", "data-reservation": r.id, stroke: color }, layer);
+    if (!remote.length && far) { far.remove(); far = null; }
+    if (far) {
+      far.setAttribute("d", remote.map((x) => curvePath(x.g)).join(" "));
+      far.setAttribute("data-state", r.state);
+      far.setAttribute("data-ports", remote.map((x) => x.part.port).join(" "));
+      far.setAttribute("data-connection", (r.nsi && r.nsi.connection_id) || "");
+      far.setAttribute("data-tip", `${r.src}→${r.dst} ${r.bandwidth} [${r.state}], the part not tsdn's:\n` +
+        (r.nsi ? r.nsi.text : remote.map((x) => `${x.part.port} to ${x.part.site || x.part.end} (${x.part.domain_name})`).join("\n")));
+      if (r.nsi && state.obstacles) {  // the connection's name beside its dotted part, where there is room
+        const text = el("text", { class: "label route-label", "data-label": `nsi:${r.id}`, "data-reservation": r.id,
+                                  fill: color }, routeLabels);
+        writeLines(text, [r.nsi.text]);
+        const m = measure(text), g = remote[0].g;
+        const candidates = alongCurve(g, 4, m.w, m.h).concat(
+          aroundPoint(curvePoint(g, 1), [14, 26, 40], Math.PI / 2, m.w, m.h).map((c) => ({ ...c, cost: c.cost + 8 })));
+        const placed = placeText(text, m, candidates, [0, 0, state.size[0], state.size[1]], remote[0].edge.name,
+                                 placedRouteLabels);
+        if (placed) placedRouteLabels.add(placed.padded, r.id); else text.remove();
+      }
+    }
     line.setAttribute("data-path", r.switches.join(" "));
     line.setAttribute("data-links", r.links.join(" "));
     line.setAttribute("data-state", r.state);
     const li = document.createElement("li");
     li.setAttribute("data-reservation", r.id);
     li.innerHTML = `<span class="swatch" style="background:${color}"></span>` +
-      `<span class="who"></span><span class="state"></span><div class="terms"></div><div class="why"></div>`;
+      `<span class="who"></span><span class="state"></span><div class="terms"></div><div class="nsi"></div>` +
+      `<div class="why"></div>`;
+    if (r.nsi) {  // what of it is NSI's: a segment tsdn requested, or a connection booked through tsdn
+      li.querySelector(".nsi").textContent = r.nsi.text;
+      li.setAttribute("data-nsi", r.nsi.kind);
+      li.setAttribute("data-nsi-connection", r.nsi.connection_id || "");
+    }
     li.querySelector(".who").textContent = `${r.src}→${r.dst} ${r.share} via ${r.switches.join("›")}`;
     li.querySelector(".terms").textContent = r.terms;  // priority, floor, ceiling and share now
     li.setAttribute("data-share-bps", r.share_bps);
@@ -784,7 +894,7 @@ function drawReservations() {
     }
     li.querySelector(".why").textContent = why.join("\n");
     li.title = r.reason || "";
-    line.setAttribute("data-tip", `${r.src}→${r.dst} ${r.bandwidth} [${r.state}]` +
+    line.setAttribute("data-tip", `${r.src}→${r.dst} ${r.bandwidth} [${r.state}]` + (r.nsi ? "\n" + r.nsi.text : "") +
       (why.length ? "\n" + why.join("\n") : r.reason ? "\n" + r.reason : ""));
     legend.appendChild(li);
     if (["ACTIVE", "MOVING", "DEGRADED"].includes(r.state)) reserved += r.share_bps;
