@@ -1,15 +1,20 @@
 """`tsdn demo` end to end in Mininet: the smoke scenario passes through the real command (the
 controller process, Open vSwitch, agents in the hosts, the report), and a copy of it with an
-impossible expectation exits 1 naming that expectation."""
+impossible expectation exits 1 naming that expectation; sc16-nsi moves its WAN transfers over
+segments booked at two real OpenNSA neighbours and reports their connection ids."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+from tsdn.demo.peers import opennsa_recipe
 from tsdn.demo.scenario import SCENARIO_DIR
 
 RUN_LIMIT = 240  # seconds for setup + timeline + teardown of the smoke scenario
@@ -69,3 +74,34 @@ def test_a_host_limited_transfer_is_never_moved(clean_mininet, tmp_path):
     assert "limited by the hosts: path links at most" in run.stdout
     kinds = [yaml.safe_load(line)["kind"] for line in (out / "events.jsonl").read_text().splitlines()]
     assert "reroute" not in kinds
+
+
+def test_the_nsi_demo_moves_wan_data_over_segments_booked_at_the_neighbours(clean_mininet, tmp_path):
+    """sc16-nsi: the WAN transfers to Sao Paulo and Ann Arbor cross segments booked at two real
+    OpenNSAs; the report names each remote connection id and the neighbour's word that it was
+    terminated, and the terabit demos stayed tsdn's."""
+    if not (opennsa_recipe() / "setup.sh").is_file():
+        why = f"no OpenNSA recipe at {opennsa_recipe()} (set TSDN_OPENNSA)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    out = tmp_path / "report"
+    run = demo("sc16-nsi", "--out", str(out))
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert "PASS nsi_segments: measured 2 of 2 flow(s) to remote DTNs over a segment, 2 terminated" in run.stdout
+    segments = {row["flow"]: row for row in map(json.loads, (out / "segments.jsonl").read_text().splitlines())}
+    assert {f: s["nsa"] for f, s in segments.items()} == {"wan-saopaulo": "urn:ogf:network:rnp.sc16:nsa",
+                                                          "wan-annarbor": "urn:ogf:network:i2.sc16:nsa"}
+    page = (out / "report.html").read_text()
+    section = page[page.index("<h2>NSI segments</h2>"):page.index("<h2>Final state</h2>")]
+    for flow, segment in segments.items():
+        assert segment["connection_id"][:3] in ("RN-", "I2-") and segment["end"] == "Terminated"
+        row = section[section.index(f"<td>{flow}</td>"):]
+        row = row[:row.index("</tr>")]
+        assert f"<td>{segment['connection_id']}</td>" in row and f"<td>{segment['vlan']}</td>" in row
+    for local in ("rdma-demo", "tcp-demo"):
+        row = section[section.index(f"<td>{local}</td>"):]
+        assert "tsdn&#x27;s switches only" in row[:row.index("</tr>")]
+    log = (out / "controller.log").read_text()
+    for segment in segments.values():
+        assert f"NSI segment {segment['connection_id']} at {segment['nsa']} terminated" in log

@@ -14,11 +14,12 @@ from tsdn.demo.expectations import (
     causes,
     evaluate,
     never_onto_congested,
+    nsi_segments,
     reacted_within,
     reroutes_at_most,
     unexplained_moves_at_most,
 )
-from tsdn.demo.record import Flow, RateSample, Recording
+from tsdn.demo.record import Flow, NsiSegment, RateSample, Recording
 from tsdn.demo.scenario import ScenarioError, load_scenario
 
 G = 10**9
@@ -390,3 +391,67 @@ def test_bad_new_expectations_are_refused_naming_the_field(tmp_path, expectation
     with pytest.raises(ScenarioError) as caught:
         load_scenario(path)
     assert any(p.startswith(f"{path}: ") and problem in p for p in caught.value.problems), caught.value.problems
+
+
+
+# -- nsi_segments: flows to remote DTNs over a WAN segment booked at the neighbour ----------------
+
+RNP = "urn:ogf:network:rnp.sc16:nsa"
+
+
+def nsi_run(segment: bool = True, end: str = "Terminated", data_from: float = 3.0) -> Recording:
+    """wan pasadena-dtn1 -> saopaulo-dtn1 (beyond to-rnp) confirmed at 2.2 s, data from `data_from`;
+    tcp stays on the show floor."""
+    rec = Recording("sc16-nsi")
+    rec.remote_dtns = {"saopaulo-dtn1": ("to-rnp", RNP)}
+    for name, src, dst in (("wan", "pasadena-dtn1", "saopaulo-dtn1"), ("tcp", "caltech-a-dtn2", "caltech-b-dtn2")):
+        rec.flows[name] = Flow(name, "transfer", src, dst, 40 * G, state="CANCELLED")
+        for t in range(int(data_from) if name == "wan" else 1, 20):
+            rec.rate(RateSample(float(t), name, 38 * G, 40 * G))
+    if segment:
+        rec.segments["wan"] = NsiSegment("wan", "r1", "saopaulo-dtn1", RNP, "RN-4b129c142a", "to-rnp", 1780, 2.2,
+                                         end, 31.0 if end == "Terminated" else None)
+    return rec
+
+
+def test_a_flow_over_its_segment_terminated_at_the_end_passes():
+    result = nsi_segments(nsi_run())
+    assert result.passed, result.line()
+    assert result.measured == "1 of 1 flow(s) to remote DTNs over a segment, 1 terminated"
+    assert "wan: RN-4b129c142a at urn:ogf:network:rnp.sc16:nsa" in result.detail
+
+
+@pytest.mark.parametrize(("run", "words"), [
+    (nsi_run(segment=False), "wan never got its WAN segment (no connection id)"),
+    (nsi_run(segment=False), "wan moved data without a WAN segment"),
+    (nsi_run(data_from=1.0), "wan moved data at 1.0 s, before its segment RN-4b129c142a was confirmed at 2.2 s"),
+    (nsi_run(data_from=99.0), "wan moved no data over RN-4b129c142a"),
+    (nsi_run(end="Created"), "RN-4b129c142a at urn:ogf:network:rnp.sc16:nsa (wan) not terminated at the end: Created"),
+    (nsi_run(end=""), "not terminated at the end: not asked"),
+])
+def test_a_flow_without_its_segment_or_left_at_the_neighbour_fails_naming_it(run, words):
+    result = nsi_segments(run)
+    assert not result.passed and words in result.detail, result.line()
+
+
+def test_nsi_segments_fails_when_no_flow_reaches_a_remote_dtn():
+    rec = nsi_run()
+    del rec.flows["wan"]
+    result = nsi_segments(rec)
+    assert not result.passed and result.measured == "no flow to a remote DTN"
+
+
+def test_nsi_segments_needs_a_topology_with_neighbours_and_a_flow_to_them(tmp_path):
+    path = scenario_file(tmp_path, expectations={"nsi_segments": True})
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert f"{path}: expectations.nsi_segments: topology ring8 has no interdomain port" in caught.value.problems
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "scenarios" / "sc16-nsi.yaml").read_text())
+    data["topology"] = str(Path(__file__).resolve().parents[1] / "topologies" / "sc16-nsi.yaml")
+    data["timeline"] = [a for a in data["timeline"] if "wan" not in a.get("name", "")]
+    local = tmp_path / "local.yaml"
+    local.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(local)
+    assert any("expectations.nsi_segments: the timeline starts no transfer or reservation to a remote DTN" in p
+               for p in caught.value.problems), caught.value.problems

@@ -65,13 +65,13 @@ def test_a_good_scenario_loads(tmp_path):
     assert loaded.scenario.timeline[3].from_ == "s1"
 
 
-@pytest.mark.parametrize("name", ["smoke", "ring-reroute", "sc16-terabit", "host-limited"])
+@pytest.mark.parametrize("name", ["smoke", "ring-reroute", "sc16-terabit", "host-limited", "sc16-nsi"])
 def test_the_shipped_scenarios_validate_against_their_topologies(name):
     assert name in builtin_scenarios()
     loaded = load_scenario(name)
     assert loaded.scenario.name == name
     assert loaded.topology.name == {"smoke": "ring8", "ring-reroute": "ring8", "sc16-terabit": "sc16",
-                                    "host-limited": "ring8"}[name]
+                                    "host-limited": "ring8", "sc16-nsi": "sc16-nsi"}[name]
 
 
 @pytest.mark.parametrize("name", ["ring-reroute", "sc16-terabit"])
@@ -295,3 +295,111 @@ def test_the_console_table_and_plain_lines(tmp_path):
     stream = io.StringIO()
     Console(stream, tty=True).update(rec, 6.0, 20.0)
     assert stream.getvalue().startswith("\x1b[H\x1b[2J")
+
+
+# -- the SC16 NSI demo: its neighbours and the report's NSI segments section --------------------------
+
+def test_the_nsi_demo_sends_wan_transfers_to_both_neighbours_and_keeps_the_terabit_demos_local():
+    loaded = load_scenario("sc16-nsi")
+    topology, scenario = loaded.topology, loaded.scenario
+    assert scenario.expectations.nsi_segments
+    flows = [a for a in scenario.timeline if a.action in ("transfer", "reserve")]
+    remote = {topology.domain_of(a.dst) for a in flows if a.action == "transfer" and topology.is_remote(a.dst)}
+    assert remote == {"urn:ogf:network:rnp.sc16:nsa", "urn:ogf:network:i2.sc16:nsa"}
+    assert any(not topology.is_remote(a.src) and not topology.is_remote(a.dst) for a in flows)
+    assert {"saopaulo-dtn1", "annarbor-dtn1"} <= set(scenario.agents)
+
+
+def test_the_neighbours_opennsa_serves_the_stps_the_topology_names():
+    from sdn_app.core.topology import Topology
+    from tsdn.demo.peers import neighbours, nrm
+
+    topology = load_scenario("sc16-nsi").topology
+    found = {n.nsa: n for n in neighbours(topology)}
+    rnp = found["urn:ogf:network:rnp.sc16:nsa"]
+    assert (rnp.domain, rnp.port) == ("rnp.sc16", 9081)
+    assert nrm(rnp) == ("ethernet scinet - vlan:1780-1799 100000 em0 -\n"
+                        "ethernet saopaulo - vlan:1780-1799 100000 em1 -\n")
+    i2 = found["urn:ogf:network:i2.sc16:nsa"]
+    assert [s[0] for s in i2.stps] == ["scinet", "annarbor"] and i2.stps[0][1:3] == (1800, 1819)
+    assert neighbours(Topology.load(Path(__file__).resolve().parents[1] / "topologies" / "sc16.yaml")) == []
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (("url", "https://nsa.rnp.example:9443/NSI/services/CS2"), "is not an http URL on 127.0.0.1"),
+    (("stp", "urn:ogf:network:other.net:topology:scinet"), "is not a port of urn:ogf:network:rnp.sc16:topology"),
+])
+def test_a_neighbour_opennsa_cannot_stand_in_for_is_refused_naming_it(tmp_path, change, words):
+    from sdn_app.core.topology import Topology
+    from tsdn.demo.peers import PeerSetupError, neighbours
+
+    source = Path(__file__).resolve().parents[1] / "topologies" / "sc16-nsi.yaml"
+    data = yaml.safe_load(source.read_text())
+    data["interdomain"][0]["peer"][change[0]] = change[1]
+    path = tmp_path / "sc16-nsi.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(PeerSetupError) as caught:
+        neighbours(Topology.load(path))
+    assert words in str(caught.value)
+
+
+def test_without_the_opennsa_recipe_the_demo_setup_says_where_it_looked(tmp_path, monkeypatch):
+    from tsdn.demo.peers import PeerSetupError, require_recipe
+
+    monkeypatch.setenv("TSDN_OPENNSA", str(tmp_path / "nowhere"))
+    with pytest.raises(PeerSetupError) as caught:
+        require_recipe()
+    assert f"{tmp_path / 'nowhere' / 'setup.sh'} is not a file" in str(caught.value)
+    assert "TSDN_OPENNSA" in str(caught.value)
+
+
+def nsi_recording() -> Recording:
+    from tsdn.demo.record import NsiSegment
+
+    rec = Recording("sc16-nsi")
+    rec.remote_dtns = {"saopaulo-dtn1": ("to-rnp", "urn:ogf:network:rnp.sc16:nsa")}
+    rec.flows["wan"] = Flow("wan", "transfer", "pasadena-dtn1", "saopaulo-dtn1", 40 * G, state="CANCELLED")
+    rec.flows["tcp"] = Flow("tcp", "transfer", "caltech-a-dtn2", "caltech-b-dtn2", 400 * G, state="CANCELLED")
+    rec.segments["wan"] = NsiSegment("wan", "r1", "saopaulo-dtn1", "urn:ogf:network:rnp.sc16:nsa", "RN-4b129c142a",
+                                     "to-rnp", 1780, 2.2, "Terminated", 31.0)
+    for t in range(3, 10):
+        rec.rate(RateSample(float(t), "wan", 38 * G, 40 * G))
+    return rec
+
+
+def test_the_report_marks_what_was_requested_over_nsi_and_what_stayed_tsdns(tmp_path):
+    scenario = load_scenario("sc16-nsi").scenario
+    rec = nsi_recording()
+    out = tmp_path / "report"
+    page = write_report(out, scenario, rec, evaluate(scenario, rec)).read_text()
+    section = page[page.index("<h2>NSI segments</h2>"):page.index("<h2>Final state</h2>")]
+    wan = section[section.index("<td>wan</td>"):]
+    wan = wan[:wan.index("</tr>")]
+    for cell in ("urn:ogf:network:rnp.sc16:nsa", "RN-4b129c142a", "to-rnp", "1780", "2.2", "Terminated"):
+        assert f"<td>{cell}" in wan, wan
+    tcp = section[section.index("<td>tcp</td>"):]
+    assert "tsdn&#x27;s switches only" in tcp[:tcp.index("</tr>")]
+    rows = [json.loads(line) for line in (out / "segments.jsonl").read_text().splitlines()]
+    assert rows == [{"flow": "wan", "reservation": "r1", "remote_dtn": "saopaulo-dtn1",
+                     "nsa": "urn:ogf:network:rnp.sc16:nsa", "connection_id": "RN-4b129c142a", "interdomain": "to-rnp",
+                     "vlan": 1780, "confirmed": 2.2, "end": "Terminated", "ended": 31.0}]
+
+
+def test_a_report_without_remote_dtns_has_no_nsi_section(tmp_path):
+    scenario = load_scenario(write(tmp_path, SMOKE)).scenario
+    page = write_report(tmp_path / "r", scenario, recording(), evaluate(scenario, recording())).read_text()
+    assert "NSI segments" not in page and not (tmp_path / "r" / "segments.jsonl").exists()
+
+
+def test_two_live_flows_to_one_remote_dtn_are_refused(tmp_path):
+    data = yaml.safe_load((Path(__file__).resolve().parents[1] / "scenarios" / "sc16-nsi.yaml").read_text())
+    data["topology"] = str(Path(__file__).resolve().parents[1] / "topologies" / "sc16-nsi.yaml")
+    data["timeline"].insert(5, {"at": 3, "action": "reserve", "name": "back", "src": "saopaulo-dtn1",
+                                "dst": "caltech-a-dtn3", "bandwidth": "10G"})
+    path = write(tmp_path, data)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert caught.value.problems == [f"{path}: timeline[5]: remote DTN saopaulo-dtn1 still has wan-saopaulo; the demo "
+                                     "delivers one NSI circuit (one VLAN) at a time to a remote DTN (release it first)"]
+    data["timeline"][5]["at"] = 31
+    load_scenario(write(tmp_path, data))  # after wan-saopaulo's release at 30 s

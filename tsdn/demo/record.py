@@ -120,6 +120,7 @@ class NsiSegment:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["confirmed"] = round(self.confirmed, 3)
+        data["ended"] = None if self.ended is None else round(self.ended, 3)
         return data
 
 

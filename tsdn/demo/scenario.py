@@ -362,6 +362,7 @@ def check_scenario(scenario: Scenario, topology: Topology) -> list[str]:
     flows: dict[str, tuple[int, Any]] = {}  # name -> (index, action) of transfers and reservations
     released: dict[str, int] = {}
     live_pairs: dict[tuple[str, str], str] = {}
+    live_remote: dict[str, str] = {}  # remote DTN -> the live flow to or from it
     failed: set[str] = set()
     congested: set[tuple[str, str | None]] = set()
     link_ends = {link.label: (link.a, link.b) for link in topology.spec.links}
@@ -391,6 +392,13 @@ def check_scenario(scenario: Scenario, topology: Topology) -> list[str]:
                                 "the controller holds one reservation per ordered DTN pair (release it first)")
             else:
                 live_pairs[pair] = action.name
+            for dtn in (action.src, action.dst):
+                if dtn in topology.dtns and topology.is_remote(dtn):
+                    if dtn in live_remote:
+                        problems.append(f"{where}: remote DTN {dtn} still has {live_remote[dtn]}; the demo delivers "
+                                        "one NSI circuit (one VLAN) at a time to a remote DTN (release it first)")
+                    else:
+                        live_remote[dtn] = action.name
         if isinstance(action, TransferAction):
             transfers += 1
             if action.engine not in ENGINES:
@@ -414,6 +422,9 @@ def check_scenario(scenario: Scenario, topology: Topology) -> list[str]:
                 released[action.name] = i
                 flow = flows[action.name][1]
                 live_pairs.pop((flow.src, flow.dst), None)
+                for dtn in (flow.src, flow.dst):
+                    if live_remote.get(dtn) == action.name:
+                        del live_remote[dtn]
         elif isinstance(action, FailLinkAction | RestoreLinkAction | CongestLinkAction | ClearLinkAction):
             if action.link not in link_ends:
                 problems.append(f"{where}.link: {action.link!r} is not a link of topology {topology.name} "
