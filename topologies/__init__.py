@@ -11,7 +11,7 @@ from pathlib import Path
 from sdn_app.core.errors import InvalidArgument
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent
-BUILTIN_TOPOLOGIES = ("sc16", "ring8")
+BUILTIN_TOPOLOGIES = ("sc16", "ring8", "sc16-nsi")
 
 
 def builtin_topology(name: str) -> Path:

@@ -70,7 +70,14 @@ class SegmentRunner:
 
     async def start(self, _app: web.Application | None = None) -> None:
         """Finish what a previous run left under way, then follow the book's events."""
+        # subscribed before anything else may run: a reservation made while the leftovers are looked at
+        # must not be missed (it would stay HELD, its segment never asked for, until its hold expires)
+        self._subscribe()
         self._watcher = asyncio.get_running_loop().create_task(self._run())
+
+    def _subscribe(self) -> None:
+        self._subscription = self.context.worker.hub.subscribe(lambda e: SEGMENT_LABEL in e.reservation.labels)
+        self._subscription.wake_on(asyncio.get_running_loop())
 
     async def close(self) -> None:
         """Stop following events and every segment task; close the peers."""
@@ -124,8 +131,8 @@ class SegmentRunner:
             log.warning("NSI segments left from before the start not finished: %s", error)
         hub = self.context.worker.hub
         while True:
-            self._subscription = hub.subscribe(lambda e: SEGMENT_LABEL in e.reservation.labels)
-            self._subscription.wake_on(asyncio.get_running_loop())
+            if self._subscription is None:
+                self._subscribe()
             while (event := await self._subscription.next_async()) is not None:
                 events = [event]
                 with contextlib.suppress(Exception):
@@ -142,7 +149,8 @@ class SegmentRunner:
                 for segment in ending:
                     self._spawn(self._end(segment))
             hub.unsubscribe(self._subscription)
-            if not self._subscription.overflowed:
+            overflowed, self._subscription = self._subscription.overflowed, None
+            if not overflowed:
                 return
             log.warning("NSI segments fell behind the book's events; some were missed")
 

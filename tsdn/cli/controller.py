@@ -26,7 +26,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     """Add `controller`."""
     parser = commands.add_parser("controller", help="run the controller: OpenFlow switches and the gRPC API")
     parser.add_argument("--topology", required=True,
-                        help="topology YAML, or a built-in name (sc16, ring8); at most "
+                        help="topology YAML, or a built-in name (sc16, ring8, sc16-nsi); at most "
                              f"{MAX_TOPOLOGY_BYTES // 1024} KiB, {MAX_SWITCHES:,} switches, {MAX_LINKS:,} links, "
                              f"{MAX_DTNS:,} DTNs (docs/topologies.md)")
     parser.add_argument("--listen-grpc", default="127.0.0.1:50051", metavar="HOST:PORT",

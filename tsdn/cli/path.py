@@ -25,7 +25,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     compute = sub.add_parser(
         "compute", help="offline what-if: the route a request would get on an empty network (no controller)"
     )
-    compute.add_argument("--topology", required=True, help="topology YAML, or a built-in name (sc16, ring8)")
+    compute.add_argument("--topology", required=True, help="topology YAML, or a built-in name (sc16, ring8, sc16-nsi)")
     compute.add_argument("src", metavar="SRC", help="source DTN")
     compute.add_argument("dst", metavar="DST", help="destination DTN")
     add_request_arguments(compute)

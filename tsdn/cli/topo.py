@@ -23,11 +23,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     sub = parser.add_subparsers(dest="topo_command", metavar="SUBCOMMAND", required=True)
 
     validate = sub.add_parser("validate", help="check a topology file; exit 2 with every problem if invalid")
-    validate.add_argument("file", help="topology YAML, or a built-in name (sc16, ring8)")
+    validate.add_argument("file", help="topology YAML, or a built-in name (sc16, ring8, sc16-nsi)")
     validate.set_defaults(run=run_validate)
 
     show = sub.add_parser("show", help="print a topology's switches, links, DTNs and sites")
-    show.add_argument("file", help="topology YAML, or a built-in name (sc16, ring8)")
+    show.add_argument("file", help="topology YAML, or a built-in name (sc16, ring8, sc16-nsi)")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(run=run_show)
 
