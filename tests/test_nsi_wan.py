@@ -283,11 +283,12 @@ def test_a_reservation_to_a_remote_dtn_books_its_segment_at_opennsa_and_releasin
     created = net.reserve()
     assert created.state == pb.HELD and f"waiting for its WAN segment from {RNP}" in created.state_reason
     active = net.settles(created.id, pb.ACTIVE)
-    assert "committed by tsdn-nsi-segments" in active.state_reason
     vlan = net.dst_vlan(created.id)
-    assert vlan == 1780  # the first VLAN of to-rnp's range
+    assert vlan == 1780 and active.dst_vlan == 1780 and not active.HasField("src_vlan")  # to-rnp's first VLAN
     segment = net.segment(created.id)
     assert segment is not None and segment.phase == "active" and segment.connection_id
+    assert (f"committed by tsdn-nsi-segments (WAN segment {segment.connection_id} at {RNP} via to-rnp, VLAN 1780)"
+            in active.state_reason)
     [remote] = query(rnp, segment.connection_id)
     assert created.id in remote.description and remote.requester_nsa == TSDN
     assert (remote.states.reservation, remote.states.provision, remote.states.lifecycle, remote.states.active) == (
