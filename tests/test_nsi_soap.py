@@ -343,8 +343,10 @@ def test_the_nsi_error_ids_are_the_gfd235_ones():
 
 
 @pytest.mark.parametrize("build, expected", [
-    (lambda: nsi_soap.ConnectionStates("Reserved", "Released", "Created", False, 0), "reservation state 'Reserved'"),
-    (lambda: nsi_soap.ConnectionStates("ReserveHeld", "Released", "Gone", False, 0), "lifecycle state 'Gone'"),
+    (lambda: nsi_soap.failed("reserve", CID, nsi_soap.ConnectionStates("Reserved", "Released", "Created", False, 0),
+                             nsi_soap.ServiceException(TSDN, "00500", "x")), "reservation state 'Reserved'"),
+    (lambda: nsi_soap.query_summary_confirmed([nsi_soap.Summary(CID, TSDN, nsi_soap.ConnectionStates(
+        "ReserveHeld", "Released", "Gone", False, 0))]), "lifecycle state 'Gone'"),
     (lambda: nsi_soap.Criteria(0, None, None, 0, "a", "b"), "capacity 0"),
     (lambda: nsi_soap.Criteria(0, datetime.datetime(2026, 1, 1), None, 10, "a", "b"), "has no time zone"),
     (lambda: nsi_soap.Criteria(0, None, None, 10, "a", "b", directionality="Both"), "directionality 'Both'"),

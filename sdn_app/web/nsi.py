@@ -46,7 +46,6 @@ from sdn_app.core.errors import (
 )
 from sdn_app.core.nsi import LABEL, Connection, NsiDesk, NsiRefused, ReserveAsk, Summary, network_id, nsa_id
 from sdn_app.core.nsi import Notice as CoreNotice
-from sdn_app.core.nsi import States as CoreStates
 from sdn_app.web import nsi_documents, nsi_soap
 from sdn_app.web.api import PRINCIPAL, ApiContext, client_address
 from sdn_app.web.nsi_requester import CallbackReceiver
@@ -88,12 +87,6 @@ def _datetime(seconds: float | None) -> datetime.datetime | None:
 
 def _seconds(value: datetime.datetime | None) -> float | None:
     return None if value is None else value.timestamp()
-
-
-def soap_states(states: CoreStates) -> nsi_soap.ConnectionStates:
-    """The core's states as the message layer writes them."""
-    return nsi_soap.ConnectionStates(states.reservation, states.provision, states.lifecycle, states.active,
-                                     states.version, states.consistent)
 
 
 def _criteria(connection: Connection) -> nsi_soap.Criteria:
@@ -269,7 +262,7 @@ class NsiApi:
 
     def _summary(self, summary: Summary) -> nsi_soap.Summary:
         connection = summary.connection
-        return nsi_soap.Summary(connection.id, connection.requester_nsa, soap_states(summary.states),
+        return nsi_soap.Summary(connection.id, connection.requester_nsa, summary.states,
                                 (_criteria(connection),), connection.global_id, connection.description,
                                 notification_id=self._notification_ids.get(connection.id))
 

@@ -30,7 +30,7 @@ from aiohttp import web
 from lxml import etree
 
 from sdn_app.web import nsi_soap
-from sdn_app.web.nsi_soap import CTYPES, FTYPES, P2P, SOAP, Header, SoapFault
+from sdn_app.web.nsi_soap import CTYPES, FTYPES, P2P, SOAP, ConnectionStates, Criteria, Header, SoapFault
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,6 @@ _NSMAP = {"soap": SOAP, "ctypes": CTYPES, "p2psrv": P2P}
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False,
                           remove_blank_text=True)
 _STP = re.compile(r"^urn:ogf:network:[^?\s]+$")
-_VLAN = re.compile(r"[?&]vlan=(\d+)(?:-(\d+))?(?:&|$)")
 GENERIC_REQUESTS = frozenset({"reserveCommit", "reserveAbort", "provision", "release", "terminate"})
 # the callbacks that answer each request: success, then refusal
 _ANSWERS = {
@@ -91,31 +90,6 @@ class NsiProtocolError(NsiError):
 # -- what comes back ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Criteria:
-    """The criteria of a reservation (confirmed or queried)."""
-
-    version: int
-    start: datetime.datetime | None
-    end: datetime.datetime | None
-    service_type: str
-    capacity_mbps: int
-    directionality: str
-    symmetric_path: bool
-    source_stp: str
-    dest_stp: str
-
-    @property
-    def source_vlan(self) -> int | None:
-        """The VLAN of the source STP (None when it names none or a range)."""
-        return stp_vlan(self.source_stp)
-
-    @property
-    def dest_vlan(self) -> int | None:
-        """The VLAN of the destination STP (None when it names none or a range)."""
-        return stp_vlan(self.dest_stp)
-
-
-@dataclass(frozen=True)
 class ServiceError:
     """An NSI serviceException: which NSA, which error, why."""
 
@@ -123,18 +97,6 @@ class ServiceError:
     error_id: str
     text: str
     connection_id: str = ""
-
-
-@dataclass(frozen=True)
-class ConnectionStates:
-    """The three state machines of a connection and its data plane."""
-
-    reservation: str
-    provision: str
-    lifecycle: str
-    active: bool
-    version: int
-    consistent: bool
 
 
 @dataclass(frozen=True)
@@ -239,14 +201,6 @@ class Reply:
 
 def _q(namespace: str, name: str) -> str:
     return f"{{{namespace}}}{name}"
-
-
-def stp_vlan(stp: str) -> int | None:
-    """The single VLAN an STP URN names with `?vlan=N` (None for none or a range)."""
-    match = _VLAN.search(stp)
-    if match is None or match.group(2) is not None:
-        return None
-    return int(match.group(1))
 
 
 def _stp(stp: str, vlan: int | None, which: str) -> str:
@@ -390,16 +344,19 @@ def parse_criteria(criteria: etree._Element, where: str) -> Criteria:
     if not version.isdigit():
         raise SoapFault(f"{where}: criteria version {version!r} is not a whole number")
     schedule = criteria.find("schedule")
-    return Criteria(
-        version=int(version),
-        start=_time(_text(schedule, "startTime", where, required=False), f"{where}: startTime"),
-        end=_time(_text(schedule, "endTime", where, required=False), f"{where}: endTime"),
-        service_type=_text(criteria, "serviceType", where, required=False),
-        capacity_mbps=_int(p2ps, "capacity", f"{where}: p2ps"),
-        directionality=_text(p2ps, "directionality", f"{where}: p2ps", required=False) or "Bidirectional",
-        symmetric_path=_text(p2ps, "symmetricPath", f"{where}: p2ps", required=False) in ("true", "1"),
-        source_stp=_text(p2ps, "sourceSTP", f"{where}: p2ps"),
-        dest_stp=_text(p2ps, "destSTP", f"{where}: p2ps"))
+    try:
+        return Criteria(
+            version=int(version),
+            start=_time(_text(schedule, "startTime", where, required=False), f"{where}: startTime"),
+            end=_time(_text(schedule, "endTime", where, required=False), f"{where}: endTime"),
+            service_type=_text(criteria, "serviceType", where, required=False),
+            capacity_mbps=_int(p2ps, "capacity", f"{where}: p2ps"),
+            directionality=_text(p2ps, "directionality", f"{where}: p2ps", required=False) or "Bidirectional",
+            symmetric_path=_text(p2ps, "symmetricPath", f"{where}: p2ps", required=False) in ("true", "1"),
+            source_stp=_text(p2ps, "sourceSTP", f"{where}: p2ps"),
+            dest_stp=_text(p2ps, "destSTP", f"{where}: p2ps"))
+    except ValueError as error:
+        raise SoapFault(f"{where}: {error}") from None
 
 
 def parse_service_exception(element: etree._Element, where: str) -> ServiceError:

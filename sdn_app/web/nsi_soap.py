@@ -28,9 +28,12 @@ The NSI error ids are named constants (`MISSING_PARAMETER` = "00101", ...), with
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass
 
 from lxml import etree
+
+from sdn_app.core.nsi import States as ConnectionStates
 
 SOAP = "http://schemas.xmlsoap.org/soap/envelope/"
 HEADERS = "http://schemas.ogf.org/nsi/2013/12/framework/headers"
@@ -94,6 +97,7 @@ ERROR_EVENTS = frozenset({"activateFailed", "deactivateFailed", "dataplaneError"
 DIRECTIONALITIES = frozenset({"Bidirectional", "Unidirectional"})
 
 _NSMAP = {"soap": SOAP, "header": HEADERS, "ctypes": CTYPES, "p2psrv": P2P, "ftypes": FTYPES}
+_VLAN = re.compile(r"[?&]vlan=(\d+)(?:-(\d+))?(?:&|$)")
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False,
                           remove_blank_text=True)
 
@@ -155,27 +159,6 @@ class QuerySummary:
 
 
 @dataclass(frozen=True)
-class ConnectionStates:
-    """A connection's three NSI state machines and its data plane status."""
-
-    reservation: str
-    provision: str
-    lifecycle: str
-    active: bool
-    version: int
-    consistent: bool = True
-
-    def __post_init__(self) -> None:
-        for value, allowed, what in ((self.reservation, RESERVATION_STATES, "reservation"),
-                                     (self.provision, PROVISION_STATES, "provision"),
-                                     (self.lifecycle, LIFECYCLE_STATES, "lifecycle")):
-            if value not in allowed:
-                raise ValueError(f"{what} state {value!r} is not one of {', '.join(sorted(allowed))}")
-        if self.version < 0:
-            raise ValueError(f"data plane version {self.version} is negative")
-
-
-@dataclass(frozen=True)
 class Criteria:
     """One version of a connection's criteria: its schedule and point-to-point service."""
 
@@ -188,6 +171,16 @@ class Criteria:
     directionality: str = "Bidirectional"
     symmetric_path: bool = False
     service_type: str = SERVICE_TYPE
+
+    @property
+    def source_vlan(self) -> int | None:
+        """The VLAN of the source STP (None when it names none or a range)."""
+        return stp_vlan(self.source_stp)
+
+    @property
+    def dest_vlan(self) -> int | None:
+        """The VLAN of the destination STP (None when it names none or a range)."""
+        return stp_vlan(self.dest_stp)
 
     def __post_init__(self) -> None:
         if self.version < 0:
@@ -248,6 +241,14 @@ class Notice:
 
 def _q(namespace: str, name: str) -> str:
     return f"{{{namespace}}}{name}"
+
+
+def stp_vlan(stp: str) -> int | None:
+    """The single VLAN an STP URN names with `?vlan=N` (None for none or a range)."""
+    match = _VLAN.search(stp)
+    if match is None or match.group(2) is not None:
+        return None
+    return int(match.group(1))
 
 
 def _text(parent: etree._Element, name: str, where: str, required: bool = True) -> str | None:
@@ -450,6 +451,13 @@ def _data_plane_status(parent: etree._Element, active: bool, version: int, consi
 
 
 def _connection_states(parent: etree._Element, states: ConnectionStates) -> None:
+    for value, allowed, what in ((states.reservation, RESERVATION_STATES, "reservation"),
+                                 (states.provision, PROVISION_STATES, "provision"),
+                                 (states.lifecycle, LIFECYCLE_STATES, "lifecycle")):
+        if value not in allowed:
+            raise ValueError(f"{what} state {value!r} is not one of {', '.join(sorted(allowed))}")
+    if states.version < 0:
+        raise ValueError(f"data plane version {states.version} is negative")
     element = etree.SubElement(parent, "connectionStates")
     for name, value in (("reservationState", states.reservation), ("provisionState", states.provision),
                         ("lifecycleState", states.lifecycle)):
