@@ -13,6 +13,7 @@ from northbound.proto.tsdn.v1 import bandwidth_pb2 as bandwidth_pb
 from northbound.proto.tsdn.v1 import transfer_pb2 as transfer_pb
 from sdn_app.core.clock import Clock, SystemClock
 from tests.nsi_peers import onsa, opennsa, opennsa_build  # noqa: F401  (fixtures for every test module)
+from tests.nsi_schemas import schemas  # noqa: F401  (a fixture for every test module)
 from topologies import builtin_topology
 from tsdn.controller import Controller, ControllerConfig
 

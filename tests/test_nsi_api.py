@@ -33,12 +33,11 @@ from sdn_app.web import nsi_documents, nsi_soap
 from sdn_app.web import nsi_requester as nsi
 from tests.conftest import TOKENS
 from tests.nsi_peers import free_port
+from tests.nsi_schemas import valid
 from topologies import builtin_topology
 
-xmlschema = pytest.importorskip("xmlschema", reason="schema validation needs xmlschema (a test dependency)")
-
 DATA = Path(__file__).parent / "data" / "nsi"
-SCHEMAS = (DATA / "schemas" / "ConnectionService").resolve()
+xmlschema = pytest.importorskip("xmlschema", reason="schema validation needs xmlschema (a test dependency)")
 NSA_SCHEMA = DATA / "schemas" / "DiscoveryService" / "nsa-document" / "ogf_nsi_discovery_nsa_v1_0.xsd"
 ACTION = '"http://schemas.ogf.org/nsi/2013/12/connection/service/{}"'
 DOMAIN = "ring8.test"
@@ -107,30 +106,6 @@ def provider(start_provider) -> Provider:
 
 
 # -- the schemas --------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def schemas():
-    """The OGF schemas: the envelope, and the NSI types, headers and point-to-point service together."""
-    types = xmlschema.XMLSchema([str(SCHEMAS / name) for name in (
-        "ogf_nsi_connection_types_v2_0.xsd", "ogf_nsi_framework_headers_v2_0.xsd", "ogf_nsi_services_p2p_v2_0.xsd")])
-    return xmlschema.XMLSchema(str(SCHEMAS / "envelope.xsd")), types
-
-
-def valid(schemas, message: bytes) -> etree._Element:
-    """`message` is a SOAP envelope whose header, body and any fault's serviceException the OGF schemas
-    accept (its root back)."""
-    envelope, types = schemas
-    root = etree.fromstring(message)
-    envelope.validate(root)
-    for part in (*root.find(f"{{{nsi_soap.SOAP}}}Header"), *root.find(f"{{{nsi_soap.SOAP}}}Body")):
-        if etree.QName(part).namespace != nsi_soap.SOAP:
-            types.validate(part)
-    fault = root.find(f"{{{nsi_soap.SOAP}}}Body/{{{nsi_soap.SOAP}}}Fault")
-    if fault is not None:
-        for exception in fault.iter(f"{{{nsi_soap.FTYPES}}}serviceException"):
-            types.validate(exception)
-    return root
-
 
 def header_of(root: etree._Element) -> nsi_soap.Header | None:
     """The nsiHeader of an envelope (None: it has none)."""

@@ -23,39 +23,14 @@ from lxml import etree
 from sdn_app.web import nsi_requester as nsi
 from sdn_app.web import nsi_soap
 from tests.nsi_peers import OPENNSA_TPC_TIMEOUT, free_port
-
-xmlschema = pytest.importorskip("xmlschema", reason="schema validation needs xmlschema (a test dependency)")
+from tests.nsi_schemas import valid
 
 DATA = Path(__file__).parent / "data" / "nsi"
-SCHEMAS = (DATA / "schemas" / "ConnectionService").resolve()
 ACTION = '"http://schemas.ogf.org/nsi/2013/12/connection/service/{}"'
 OPENNSA = "urn:ogf:network:opennsa.test:nsa"
 TSDN = "urn:ogf:network:tsdn.test:nsa"
 NET = "urn:ogf:network:opennsa.test:topology"
 RECEIVER_PATH = "/NSI/services/RequesterService2"
-
-
-@pytest.fixture(scope="module")
-def schemas():
-    """The OGF schemas: the envelope, and the NSI types, headers and point-to-point service together."""
-    nsi_schemas = xmlschema.XMLSchema([str(SCHEMAS / name) for name in (
-        "ogf_nsi_connection_types_v2_0.xsd", "ogf_nsi_framework_headers_v2_0.xsd", "ogf_nsi_services_p2p_v2_0.xsd")])
-    return xmlschema.XMLSchema(str(SCHEMAS / "envelope.xsd")), nsi_schemas
-
-
-def valid(schemas, message: bytes) -> etree._Element:
-    """`message` is a SOAP envelope whose header and body elements the OGF schemas accept (its root back)."""
-    envelope, types = schemas
-    root = etree.fromstring(message)
-    envelope.validate(root)
-    for part in (*root.find(f"{{{nsi_soap.SOAP}}}Header"), *root.find(f"{{{nsi_soap.SOAP}}}Body")):
-        if etree.QName(part).namespace != nsi_soap.SOAP:
-            types.validate(part)
-    fault = root.find(f"{{{nsi_soap.SOAP}}}Body/{{{nsi_soap.SOAP}}}Fault")
-    if fault is not None:
-        for exception in fault.iter(f"{{{nsi_soap.FTYPES}}}serviceException"):
-            types.validate(exception)
-    return root
 
 
 def _hour_from_now() -> datetime.datetime:

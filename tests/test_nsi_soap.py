@@ -12,34 +12,10 @@ import pytest
 from lxml import etree
 
 from sdn_app.web import nsi_soap
-
-xmlschema = pytest.importorskip("xmlschema", reason="schema validation needs xmlschema (a test dependency)")
+from tests.nsi_schemas import valid
 
 DATA = Path(__file__).parent / "data" / "nsi"
-SCHEMAS = (DATA / "schemas" / "ConnectionService").resolve()
 ACTION = '"http://schemas.ogf.org/nsi/2013/12/connection/service/{}"'
-
-
-@pytest.fixture(scope="module")
-def schemas():
-    """The OGF schemas: the envelope, and the NSI types, headers and point-to-point service together."""
-    nsi = xmlschema.XMLSchema([str(SCHEMAS / name) for name in (
-        "ogf_nsi_connection_types_v2_0.xsd", "ogf_nsi_framework_headers_v2_0.xsd", "ogf_nsi_services_p2p_v2_0.xsd")])
-    return xmlschema.XMLSchema(str(SCHEMAS / "envelope.xsd")), nsi
-
-
-def valid(schemas, message: bytes) -> None:
-    """`message` is a SOAP envelope whose header and body elements the OGF schemas accept."""
-    envelope, nsi = schemas
-    root = etree.fromstring(message)
-    envelope.validate(root)
-    for part in (*root.find(f"{{{nsi_soap.SOAP}}}Header"), *root.find(f"{{{nsi_soap.SOAP}}}Body")):
-        if etree.QName(part).namespace != nsi_soap.SOAP:
-            nsi.validate(part)
-    fault = root.find(f"{{{nsi_soap.SOAP}}}Body/{{{nsi_soap.SOAP}}}Fault")
-    if fault is not None:
-        for exception in fault.iter(f"{{{nsi_soap.FTYPES}}}serviceException"):
-            nsi.validate(exception)
 
 
 def test_the_reserve_onsa_sends_reads_as_it_was_meant(schemas):
