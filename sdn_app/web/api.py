@@ -17,16 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from aiohttp import web
 
 from sdn_app.core.clock import Clock
-from sdn_app.core.errors import TsdnError
+from sdn_app.core.errors import TsdnError, Unavailable
 from sdn_app.core.reservation import Principal
 from sdn_app.core.topology import Topology
 
 PRINCIPAL = web.RequestKey("principal", Principal)  # request[PRINCIPAL]: the authenticated caller
+CORE_TIMEOUT = 30.0  # seconds a call may wait for the core's thread
+D = TypeVar("D")
+T = TypeVar("T")
 
 HTTP_STATUS = {
     "INVALID_ARGUMENT": 400,
@@ -92,6 +95,30 @@ class ApiContext:
     # An Authorization header's value -> its principal (the tokens file's check; `Unauthenticated`
     # otherwise): for token endpoints such as SENSE's /sense/api/auth/token
     authenticate: Callable[[str | None], Principal]
+
+
+class CoreDesk(Generic[D]):
+    """A protocol's desk in the core (`SenseDesk`, `NsiDesk`, ...): made by `make(book)` on the
+    core's thread at the first call, and used only there."""
+
+    def __init__(self, worker: Any, make: Callable[[Any], D]):
+        self.worker = worker
+        self._make = make
+        self._desk: D | None = None
+
+    async def call(self, fn: Callable[[D], T]) -> T:
+        """`fn(desk)` on the core's thread; `Unavailable` when the controller is stopping or its core
+        does not answer within `CORE_TIMEOUT`."""
+        def job() -> T:
+            if self._desk is None:
+                self._desk = self._make(self.worker.book)
+            return fn(self._desk)
+        if not self.worker.running:
+            raise Unavailable("the controller is stopping; retry once it is back")
+        try:
+            return await self.worker.call_async(job, timeout=CORE_TIMEOUT)
+        except TimeoutError:
+            raise Unavailable(f"the controller's core did not answer within {CORE_TIMEOUT:g} s; retry") from None
 
 
 class HttpApi(Protocol):

@@ -47,7 +47,7 @@ from sdn_app.core.errors import (
 from sdn_app.core.nsi import LABEL, Connection, NsiDesk, NsiRefused, ReserveAsk, Summary, network_id, nsa_id
 from sdn_app.core.nsi import Notice as CoreNotice
 from sdn_app.web import nsi_documents, nsi_soap
-from sdn_app.web.api import PRINCIPAL, ApiContext, client_address
+from sdn_app.web.api import PRINCIPAL, ApiContext, CoreDesk, client_address
 from sdn_app.web.nsi_requester import CallbackReceiver
 from sdn_app.web.nsi_segments import SegmentRunner
 
@@ -57,7 +57,6 @@ PREFIX = "/NSI"
 SERVICE_PATH = f"{PREFIX}/services/CS2"
 REQUESTER_PATH = f"{PREFIX}/services/RequesterService2"
 DISCOVERY_PATH = f"{PREFIX}/discovery.xml"
-CORE_TIMEOUT = 30.0  # seconds a call may wait for the core's thread
 CALLBACK_TIMEOUT = 10.0  # seconds one callback POST may take
 CALLBACK_ATTEMPTS = 3  # tries per callback before the requester is called unreachable
 CALLBACK_BACKLOG = 1000  # callbacks queued per replyTo; beyond, the oldest requester is dropped
@@ -113,7 +112,7 @@ class NsiApi:
                          if context.topology.interdomain else None)
         self.public = frozenset({DISCOVERY_PATH, self.topology_path, REQUESTER_PATH})
         self.started = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        self._desk: NsiDesk | None = None  # made on the core's thread at the first call, used only there
+        self._desk = CoreDesk(context.worker, lambda book: NsiDesk(book, context.domain))
         self._session: aiohttp.ClientSession | None = None
         self._queues: dict[str, asyncio.Queue[tuple[str, bytes, Callable[[], Any] | None]]] = {}
         self._senders: dict[str, asyncio.Task[None]] = {}
@@ -164,19 +163,8 @@ class NsiApi:
     # -- plumbing --------------------------------------------------------------------------------
 
     async def _core(self, fn: Callable[[NsiDesk], T]) -> T:
-        """`fn(desk)` on the core's thread (the desk is made there at the first call)."""
-        worker = self.context.worker
-
-        def job() -> T:
-            if self._desk is None:
-                self._desk = NsiDesk(worker.book, self.context.domain)
-            return fn(self._desk)
-        if not worker.running:
-            raise Unavailable("the controller is stopping; retry once it is back")
-        try:
-            return await worker.call_async(job, timeout=CORE_TIMEOUT)
-        except TimeoutError:
-            raise Unavailable(f"the controller's core did not answer within {CORE_TIMEOUT:g} s; retry") from None
+        """`fn(desk)` on the core's thread."""
+        return await self._desk.call(fn)
 
     def _fault(self, text: str, error: str, connection_id: str | None = None,
                header: nsi_soap.Header | None = None) -> web.Response:

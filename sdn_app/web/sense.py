@@ -29,18 +29,17 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from sdn_app.core.errors import InvalidArgument, Unauthenticated, Unavailable
+from sdn_app.core.errors import InvalidArgument, Unauthenticated
 from sdn_app.core.reservation import State
 from sdn_app.core.sense import LABEL, SenseDesk, View, instance_uuid
 from sdn_app.core.validation import shown
-from sdn_app.web.api import PRINCIPAL, ApiContext
+from sdn_app.web.api import PRINCIPAL, ApiContext, CoreDesk
 
 log = logging.getLogger("tsdn.sense")
 T = TypeVar("T")
 PREFIX = "/sense/api"
 TOKEN_PATH = f"{PREFIX}/auth/token"
 SYNC_TIMEOUT = 60.0  # seconds `sync=true` waits for the switches before answering with the status then
-CORE_TIMEOUT = 30.0  # seconds a call may wait for the core's thread
 TOKEN_LIFETIME = 3600  # what the token endpoint announces; the token itself lasts as long as the tokens file has it
 NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 _TEMPLATE = re.compile(r"<jsonTemplate>(.*)</jsonTemplate>", re.DOTALL)
@@ -55,7 +54,7 @@ class SenseApi:
     def __init__(self, context: ApiContext):
         self.context = context
         self.public = frozenset({TOKEN_PATH})
-        self._desk: SenseDesk | None = None  # made on the core's thread at the first call, used only there
+        self._desk = CoreDesk(context.worker, lambda book: SenseDesk(book, context.domain))
         self._closing = asyncio.Event()
 
     # -- the HttpApi protocol --------------------------------------------------------------------
@@ -114,19 +113,8 @@ class SenseApi:
     # -- plumbing ----------------------------------------------------------------------------------
 
     async def _core(self, fn: Callable[[SenseDesk], T]) -> T:
-        """`fn(desk)` on the core's thread (the desk is made there at the first call)."""
-        worker = self.context.worker
-
-        def job() -> T:
-            if self._desk is None:
-                self._desk = SenseDesk(worker.book, self.context.domain)
-            return fn(self._desk)
-        if not worker.running:
-            raise Unavailable("the controller is stopping; retry once it is back")
-        try:
-            return await worker.call_async(job, timeout=CORE_TIMEOUT)
-        except TimeoutError:
-            raise Unavailable(f"the controller's core did not answer within {CORE_TIMEOUT:g} s; retry") from None
+        """`fn(desk)` on the core's thread."""
+        return await self._desk.call(fn)
 
     def _base_url(self, request: web.Request) -> str:
         return f"{request.scheme}://{request.host}{self.prefix}"
