@@ -34,6 +34,7 @@ from sdn_app.web import nsi_requester as nsi
 from tests.conftest import TOKENS
 from tests.nsi_peers import free_port
 from tests.nsi_schemas import valid
+from tests.test_northbound_api import pki  # noqa: F401  (the fixture)
 from topologies import builtin_topology
 
 DATA = Path(__file__).parent / "data" / "nsi"
@@ -663,3 +664,48 @@ def test_the_discovery_document_is_valid_and_links_the_topology_that_lists_every
         vlans = EDGE_VLANS if number in (1, 3) else DEFAULT_VLANS
         expected.update({f"dtn{number}-in": vlans, f"dtn{number}-out": vlans})
     assert labels == expected
+
+
+def test_onsa_over_tls_is_known_by_its_client_certificate(start_controller, topology, onsa, pki, tmp_path):  # noqa: F811
+    """NSI deployments authenticate NSAs by TLS client certificates: the tokens file names the
+    certificate's subject CN as a principal, and onsa, presenting it, reserves with no token; a
+    certificate from another CA is refused by TLS itself."""
+    tokens = tmp_path / "cert-tokens.yaml"
+    tokens.write_text(yaml.safe_dump({"tokens": [
+        {"principal": "campus-nsa", "role": "service", "certificate": "client"},
+        {"principal": "noc", "role": "admin", "token": NOC}]}))
+    tokens.chmod(0o600)
+    controller = start_controller(topology, tokens=tokens, listen_http="127.0.0.1:0", domain=DOMAIN,
+                                  tls_cert=pki / "server.pem", tls_key=pki / "server.key", client_ca=pki / "ca.pem")
+    certdir = tmp_path / "certdir"  # onsa wants the CA as <subject hash>.0
+    certdir.mkdir()
+    digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(pki / "ca.pem")], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    (certdir / f"{digest}.0").write_bytes((pki / "ca.pem").read_bytes())
+    home = tmp_path / "onsa-home"
+    home.mkdir()
+
+    def run(key: str, *args: str) -> str:
+        line = [str(onsa), *args, "-u", f"https://{controller.http_address}/NSI/services/CS2", "-p", f"{DOMAIN}:nsa",
+                "-r", "campus.test:nsa", "-h", "127.0.0.1", "-o", str(free_port()), "-i", str(certdir),
+                "-l", str(pki / f"{key}.pem"), "-k", str(pki / f"{key}.key")]
+        done = subprocess.run(line, capture_output=True, text=True, timeout=ONSA_TIMEOUT, check=False,
+                              env={**os.environ, "HOME": str(home)})
+        return done.stdout + done.stderr
+
+    end = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    stps = ("-s", f"{DOMAIN}:topology:dtn1#vlan=1780", "-d", f"{DOMAIN}:topology:dtn3#vlan=1790", "-b", "100",
+            "-e", end)
+    printed = run("client", "reserveonly", *stps)
+    held = re.search(r"Connection created and held\. Id (\S+) at", printed)
+    assert held, printed
+    admin = TsdnClient(controller.address, token=NOC, timeout=10, tls_ca=(pki / "ca.pem").read_bytes(),
+                       tls_cert=(pki / "client.pem").read_bytes(), tls_key=(pki / "client.key").read_bytes())
+    with admin:
+        [reservation] = [r for r in admin.list_reservations() if r.labels.get("tsdn/nsi") == held.group(1)]
+        assert reservation.owner == "campus-nsa" and reservation.state == pb.HELD
+        free = ("-s", f"{DOMAIN}:topology:dtn2#vlan=1780", "-d", f"{DOMAIN}:topology:dtn5#vlan=1790", *stps[4:])
+        refused = run("rogue-client", "reserveonly", *free)
+        assert "Connection created and held" not in refused, refused
+        assert [r.id for r in admin.list_reservations()] == [reservation.id]  # the rogue booked nothing
+        assert "Connection created and held" in run("client", "reserveonly", *free)  # what it asked was free
