@@ -127,15 +127,16 @@ class Neighbour:
 
 
 RNP_DOMAIN = "rnp.test"
-RNP_PORTS = ("ring8", "saopaulo")  # the STP facing ring8's inter-domain port, and the remote DTN's
+# the STPs facing ring8's inter-domain ports (a second one for re-homing), and the remote DTN's
+RNP_PORTS = ("ring8", "saopaulo", "ring8b")
 RNP_VLANS = (1780, 1799)
 
 
 @pytest.fixture(scope="session")
 def opennsa_rnp() -> Iterator[Neighbour]:
     """A second real OpenNSA (dud backend) standing in for RNP: NSA urn:ogf:network:rnp.test:nsa, ports
-    `ring8` and `saopaulo` with VLANs 1780-1799, holds timing out after OPENNSA_TPC_TIMEOUT s; its own
-    state dir and ports, stopped and purged afterwards."""
+    `ring8`, `saopaulo` and `ring8b` (a second port facing ring8) with VLANs 1780-1799, holds timing out
+    after OPENNSA_TPC_TIMEOUT s; its own state dir and ports, stopped and purged afterwards."""
     recipe = opennsa_recipe()
     base = Path(tempfile.mkdtemp(prefix="tsdn-opennsa-rnp-", dir="/tmp"))
     base.chmod(0o755)  # PostgreSQL runs as its own user when setup.sh runs as root

@@ -284,3 +284,19 @@ def test_sc16_nsi_map_marks_the_neighbours_and_the_segment_requested_over_nsi(
         problems.append(f"the legend's domain keys are {drawn['key']}")
     problems += label_problems(browser.execute_script(LABELS_JS))
     assert not problems, report(topology, shot, problems)
+
+
+def test_the_remote_part_follows_the_port_a_reservation_uses_now(tmp_path: Path) -> None:
+    """A remote DTN reached through two ports: the map draws the remote part through the port the
+    reservation uses (`via`: the alternate when the first is out of VLANs, or after a re-home)."""
+    from tests.test_nsi_segments import ring8_with_a_neighbour
+
+    topology = ring8_with_a_neighbour(tmp_path, vlans="1780-1780", alternate="1790-1791")
+    made = Book(tmp_path, topology)
+    try:
+        first = made.create("dtn1", "saopaulo-dtn1")
+        second = made.create("dtn2", "saopaulo-dtn2")  # to-rnp has no VLAN left: through to-rnp-b
+        ports = [reservation_json(r, None, made.domains)["remote"][0] for r in (first, second)]
+        assert [(p["port"], p["switch"]) for p in ports] == [("to-rnp", "s5"), ("to-rnp-b", "s7")]
+    finally:
+        made.ledger.close()

@@ -3,7 +3,9 @@ inter-domain port `to-rnp` on s5 towards RNP, and a remote DTN saopaulo-dtn1 bey
 segment of a reservation at a real OpenNSA standing in for RNP (tests/nsi_peers.py `opennsa_rnp`), or at
 small stub providers where OpenNSA cannot misbehave on demand (never calling back, confirming reserve
 and refusing reserveCommit, answering slowly). The reservation is made over gRPC; what the neighbour
-holds is read with querySummarySync as the same requester NSA.
+holds is read with querySummarySync as the same requester NSA. With a second inter-domain port `to-rnp-b`
+(s7, facing OpenNSA's `ring8b`) a remote errorEvent re-homes the segment there, or fails the reservation
+when that port has no VLAN left.
 
 Without OpenNSA's recipe the OpenNSA tests skip saying so (and fail when CI is set)."""
 
@@ -49,9 +51,11 @@ CALLBACK_WAIT = 60.0  # seconds a test waits for a reservation to settle (OpenNS
 
 # -- the topology and the controller ------------------------------------------------------------
 
-def wan_topology(folder: Path, url: str, peer_stp: str = f"{RNP_NET}:ring8", vlans: str = "1780-1799") -> Path:
+def wan_topology(folder: Path, url: str, peer_stp: str = f"{RNP_NET}:ring8", vlans: str = "1780-1799",
+                 alternate: str | None = None) -> Path:
     """ring8 with inter-domain port `to-rnp` (s5 port 4, VLANs `vlans`) towards RNP's NSA at `url`, whose STP
-    facing it is `peer_stp`, and saopaulo-dtn1 beyond it."""
+    facing it is `peer_stp`, and saopaulo-dtn1 beyond it; with `alternate` (VLANs), a second port `to-rnp-b`
+    (s7 port 4, facing RNP's STP ring8b) that reaches saopaulo-dtn1 too."""
     spec = yaml.safe_load(Path(builtin_topology("ring8")).read_text())
     s5 = next(s for s in spec["switches"] if s["name"] == "s5")
     s5["ports"] = ["1-4"]
@@ -59,6 +63,11 @@ def wan_topology(folder: Path, url: str, peer_stp: str = f"{RNP_NET}:ring8", vla
                             "peer": {"nsa": RNP, "stp": peer_stp, "url": url}}]
     spec["dtns"].append({"name": "saopaulo-dtn1", "beyond": "to-rnp", "stp": f"{RNP_NET}:saopaulo",
                          "ipv4": "10.0.1.1", "mac": "02:00:00:00:01:01", "nic_speed": "100G"})
+    if alternate is not None:
+        next(s for s in spec["switches"] if s["name"] == "s7")["ports"] = ["1-4"]
+        spec["interdomain"].append({"name": "to-rnp-b", "switch": "s7", "port": 4, "capacity": "100G",
+                                    "vlans": alternate, "peer": {"nsa": RNP, "stp": f"{RNP_NET}:ring8b", "url": url}})
+        spec["dtns"][-1]["also_beyond"] = ["to-rnp-b"]
     path = folder / "ring8-rnp.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -71,9 +80,14 @@ class Wan:
     controller: Controller
     client: TsdnClient
 
-    def reserve(self, bandwidth: int = 10 * G) -> pb.Reservation:
-        """A reservation from dtn1 to saopaulo-dtn1 for an hour."""
-        return self.client.create_reservation("dtn1", "saopaulo-dtn1", bandwidth, duration=3600)
+    def reserve(self, bandwidth: int = 10 * G, src: str = "dtn1") -> pb.Reservation:
+        """A reservation from `src` to saopaulo-dtn1 for an hour."""
+        return self.client.create_reservation(src, "saopaulo-dtn1", bandwidth, duration=3600)
+
+    def history(self, reservation_id: str) -> list[tuple[str, str]]:
+        """(state, reason) of each step the reservation went through, oldest first (the core's record)."""
+        book = self.controller.book
+        return self.controller.worker.call(lambda: [(str(h.state), h.reason) for h in book.history(reservation_id)])
 
     def state(self, reservation_id: str) -> pb.Reservation:
         """The reservation as gRPC shows it."""
@@ -361,6 +375,60 @@ def test_a_data_plane_going_down_at_the_neighbour_fails_the_reservation(wan, rnp
                                    "went down")
     wait_for(lambda: query(rnp, connection_id)[0].states.lifecycle == "Terminated",
              f"{connection_id} terminated at OpenNSA", CALLBACK_WAIT)
+
+
+def test_a_remote_error_event_re_homes_the_segment_to_the_other_inter_domain_port(wan, rnp: Neighbour):
+    net = wan(rnp.url, alternate="1790-1799")
+    created = net.reserve()
+    net.settles(created.id, pb.ACTIVE)
+    first = net.segment(created.id)
+    assert (first.interdomain, first.vlan) == ("to-rnp", 1780)
+
+    exception = nsi_soap.ServiceException(RNP, "00800", "the WAN link went down", first.connection_id)
+    event = nsi_soap.error_event(notice(first.connection_id), "dataplaneError", first.connection_id, RNP, exception)
+    assert asyncio.run(notify(net.controller, event)) == 200
+    second = wait_for(lambda: (s := net.segment(created.id)).phase == "active" and s.connection_id
+                      != first.connection_id and s, "the segment re-homed and booked again", CALLBACK_WAIT)
+    active = net.settles(created.id, pb.ACTIVE)
+    assert (second.interdomain, second.vlan) == ("to-rnp-b", 1790)  # to-rnp-b's first VLAN
+    assert active.dst_vlan == 1790 and net.dst_vlan(created.id) == 1790
+    assert f"(WAN segment {second.connection_id} at {RNP} via to-rnp-b, VLAN 1790)" in active.state_reason
+    degraded = (f"NSI segment {first.connection_id} at {RNP}: errorEvent dataplaneError: the WAN link went down; "
+                "re-homing to inter-domain port to-rnp-b (VLAN 1790)")
+    assert ("DEGRADED", degraded) in net.history(created.id)
+    [remote] = query(rnp, second.connection_id)
+    assert created.id in remote.description and "via to-rnp-b" in remote.description
+    assert (remote.states.provision, remote.states.lifecycle, remote.states.active) == ("Provisioned", "Created", True)
+    assert remote.criteria is not None and remote.criteria.source_stp == f"{RNP_NET}:ring8b?vlan=1790"
+    assert remote.criteria.dest_stp == f"{RNP_NET}:saopaulo?vlan=1790"
+    wait_for(lambda: query(rnp, first.connection_id)[0].states.lifecycle == "Terminated",
+             f"the failed {first.connection_id} terminated at OpenNSA", CALLBACK_WAIT)
+    wait_for(lambda: net.segment(created.id).replaces == "", "the segment to record the old one terminated")
+
+    net.client.delete_reservation(created.id)
+    wait_for(lambda: remote_of(rnp, created.id) == [], "the re-homed segment terminated", CALLBACK_WAIT)
+
+
+def test_a_remote_error_event_fails_the_reservation_when_the_other_port_has_no_vlan_left(wan, rnp: Neighbour):
+    net = wan(rnp.url, vlans="1780-1780", alternate="1790-1790")
+    created = net.reserve()
+    net.settles(created.id, pb.ACTIVE)
+    taker = net.reserve(src="dtn2")  # to-rnp's only VLAN is taken: it goes through to-rnp-b, on 1790
+    net.settles(taker.id, pb.ACTIVE)
+    assert net.segment(taker.id).interdomain == "to-rnp-b"
+    connection_id = net.segment(created.id).connection_id
+
+    event = nsi_soap.error_event(notice(connection_id), "forcedEnd", connection_id, RNP)
+    assert asyncio.run(notify(net.controller, event)) == 200
+    failed = net.settles(created.id, pb.FAILED)
+    assert failed.state_reason == (
+        f"NSI segment {connection_id} at {RNP}: errorEvent forcedEnd; no other inter-domain port could take it: "
+        f"saopaulo-dtn1: every VLAN 1790-1790 of inter-domain port to-rnp-b towards {RNP} is taken in that window")
+    wait_for(lambda: query(rnp, connection_id)[0].states.lifecycle == "Terminated",
+             f"{connection_id} terminated at OpenNSA", CALLBACK_WAIT)
+    assert net.state(taker.id).state == pb.ACTIVE  # the other reservation is untouched
+    net.client.delete_reservation(taker.id)
+    wait_for(lambda: remote_of(rnp, taker.id) == [], "the second reservation's segment terminated", CALLBACK_WAIT)
 
 
 # -- neighbours that misbehave -------------------------------------------------------------------

@@ -12,8 +12,14 @@ same VLAN, as one two-phase transaction with the local hold:
     any refusal, fault or missing callback -> remote abort or terminate, local FAILED naming the NSA
 
 Releasing, ending or failing the local reservation releases and terminates the remote one. A
-remote errorEvent, a dataPlaneStateChange to inactive, a reserveTimeout or a forced end fails the
-local reservation with the remote NSA and its connection named as the cause.
+remote errorEvent, a dataPlaneStateChange to inactive, a reserveTimeout or a forced end about the
+segment of a booked reservation (phase "active") re-homes it when its remote DTN is reached by
+another inter-domain port (topology `also_beyond`) that is up, with a free VLAN and a route with
+room: the reservation goes DEGRADED naming the NSA, the failed connection and the new port, a new
+remote segment is booked from that port (phase "rehoming"), then the book moves the local segment
+onto it (make-before-break) and it is ACTIVE again; the failed connection is terminated. Without
+such a port, or when the new segment is refused, the local reservation FAILS with the remote NSA
+and its connection named as the cause.
 
 `SegmentDesk` is pure and owned by the core thread like the book; segments are rows of
 `nsi_segments` so a restarted controller knows which remote connections to finish.
@@ -28,13 +34,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sdn_app.core import sense_store as store
-from sdn_app.core.errors import FailedPrecondition, NotFound
+from sdn_app.core.errors import FailedPrecondition, NotFound, TsdnError
 from sdn_app.core.reservation import Event, Principal, Reservation, Role, State
 
 SEGMENT_LABEL = "tsdn/nsi-peer"  # on a reservation with a remote end: the neighbour NSA booking the rest
 PRINCIPAL = Principal("tsdn-nsi-segments", Role.ADMIN)  # who commits and fails reservations for their segments
-PHASES = ("reserving", "committing", "provisioning", "active", "releasing", "terminated", "failed")
-OPEN_PHASES = ("reserving", "committing", "provisioning")  # the two-phase transaction is under way
+PHASES = ("reserving", "committing", "provisioning", "active", "rehoming", "releasing", "terminated", "failed")
+# the two-phase transaction is under way (the first one, or that of a re-homed segment)
+OPEN_PHASES = ("reserving", "committing", "provisioning", "rehoming")
 
 
 @dataclass(frozen=True)
@@ -54,12 +61,19 @@ class Segment:
     connection_id: str = ""  # the neighbour's
     phase: str = "reserving"
     detail: str = ""
+    replaces: str = ""  # re-homing: the neighbour's failed connection, terminated once this one is booked
+
+    @property
+    def vlan(self) -> int:
+        """The VLAN of the segment at our inter-domain port."""
+        return int(self.source_stp.rsplit("=", 1)[-1])
 
     def row(self) -> dict[str, Any]:
         return {"peer_nsa": self.peer_nsa, "peer_url": self.peer_url, "interdomain": self.interdomain,
                 "source_stp": self.source_stp, "dest_stp": self.dest_stp, "capacity_mbps": self.capacity_mbps,
                 "start": self.start, "end": store.finite_or_none(self.end), "provision": self.provision,
-                "connection_id": self.connection_id, "phase": self.phase, "detail": self.detail}
+                "connection_id": self.connection_id, "phase": self.phase, "detail": self.detail,
+                **({"replaces": self.replaces} if self.replaces else {})}
 
 
 def segment_for(reservation: Reservation, topology: Any) -> Segment | None:
@@ -71,7 +85,7 @@ def segment_for(reservation: Reservation, topology: Any) -> Segment | None:
     remote, vlan = ((request.dst, request.dst_vlan) if topology.is_remote(request.dst)
                     else (request.src, request.src_vlan))
     dtn = topology.dtn(remote)
-    port = topology.interdomain[dtn.beyond]
+    port = topology.interdomain[topology.via(remote, request.via)]
     capacity = math.ceil(request.bandwidth / 1_000_000)
     return Segment(reservation.id, peer, port.peer.url or "", port.name, f"{port.peer.stp}?vlan={vlan}",
                    f"{dtn.stp}?vlan={vlan}", capacity, request.start, request.end, reservation.provisioned)
@@ -148,30 +162,75 @@ class SegmentDesk:
         it stays booked)."""
         segment = self._segments.get(reservation_id)
         if segment is not None and segment.phase not in ("terminated", "failed"):
-            self._save(replace(segment, phase="releasing" if segment.connection_id else "failed", detail=reason))
+            ends = segment.connection_id or segment.replaces
+            self._save(replace(segment, phase="releasing" if ends else "failed", detail=reason))
         try:
             return self.book.fail(reservation_id, reason)
         except (NotFound, FailedPrecondition):
             return None
 
     def remote_notice(self, peer_nsa: str, connection_id: str, kind: str, text: str) -> Segment | None:
-        """A notification from a neighbour about one of our remote connections: the segment whose
-        reservation fails because of it (None: nothing of ours is affected)."""
+        """A notification from a neighbour about one of our remote connections: the segment it
+        affects (None: nothing of ours), either re-homing (phase "rehoming": book it at the
+        neighbour, then `rehome_local`) or ending (its reservation failed: terminate it).
+
+        A booked segment (phase "active") whose remote DTN another inter-domain port reaches, up
+        and with a free VLAN and a route with room, is re-homed there; otherwise the reservation
+        FAILS naming the NSA and the connection (and why no other port could take it)."""
         for segment in self._segments.values():
             if segment.peer_nsa == peer_nsa and segment.connection_id == connection_id:
                 if segment.phase in ("terminated", "failed", "releasing"):
                     return None
                 reason = f"NSI segment {connection_id} at {peer_nsa}: {kind}" + (f": {text}" if text else "")
+                if segment.phase == "active":
+                    rehomed, why = self._rehome(segment, reason)
+                    if rehomed is not None:
+                        return rehomed
+                    reason += why
                 self.fail(segment.reservation, reason)
                 return self._segments[segment.reservation]
         return None
+
+    def _rehome(self, segment: Segment, reason: str) -> tuple[Segment | None, str]:
+        """Start re-homing `segment` (its connection failed for `reason`) when another port can
+        take it: the reservation DEGRADED, the segment's row on the new port (phase "rehoming").
+        Else (None, why no other port could take it: empty when the remote DTN has none)."""
+        reservation = self.book.get(PRINCIPAL, segment.reservation)
+        request = reservation.request
+        remote = request.dst if self.book.topology.is_remote(request.dst) else request.src
+        if reservation.state.is_final or len(self.book.topology.remote_ports(remote)) < 2:
+            return None, ""
+        try:
+            request = self.book.rehome_choice(reservation.id, segment.interdomain)
+        except TsdnError as why:
+            return None, f"; no other inter-domain port could take it: {why}"
+        target = segment_for(replace(reservation, request=request), self.book.topology)
+        assert target is not None
+        reason += f"; re-homing to inter-domain port {target.interdomain} (VLAN {target.vlan})"
+        self.book.rehoming(reservation.id, segment.interdomain, reason)
+        return self._save(replace(target, start=segment.start, connection_id="", phase="rehoming", detail=reason,
+                                  replaces=segment.connection_id)), ""
+
+    def rehome_local(self, reservation_id: str) -> Reservation:
+        """The re-homed remote segment is booked (and provisioned when wanted): move the local
+        segment onto its inter-domain port and VLAN."""
+        segment = self._segments[reservation_id]
+        reservation = self.book.rehome(reservation_id, segment.interdomain, segment.vlan, segment_note(segment))
+        self.advance(reservation_id, "active", detail=f"re-homed through {segment.interdomain}; both segments booked")
+        return reservation
+
+    def replaced(self, reservation_id: str) -> None:
+        """The connection the re-homed segment replaced is terminated at the neighbour."""
+        segment = self._segments.get(reservation_id)
+        if segment is not None and segment.replaces:
+            self._save(replace(segment, replaces=""))
 
     def forget(self, reservation_id: str) -> None:
         """The segment is terminated at the neighbour (or never booked there): keep its row as
         terminated for operators."""
         segment = self._segments.get(reservation_id)
         if segment is not None and segment.phase != "terminated":
-            self._save(replace(segment, phase="terminated" if segment.connection_id else "failed"))
+            self._save(replace(segment, phase="terminated" if segment.connection_id else "failed", replaces=""))
 
 
 def segment_note(segment: Segment) -> str:
@@ -189,4 +248,5 @@ def _read(row: store.Stored) -> Segment:
     return Segment(row.id, body.text("peer_nsa"), body.text("peer_url"), body.text("interdomain"),
                    body.text("source_stp"), body.text("dest_stp"), body.integer("capacity_mbps") or 0,
                    body.number("start") or 0.0, body.open_end("end"), bool(body.flag("provision")),
-                   body.text("connection_id"), body.choice("phase", PHASES), body.text("detail"))
+                   body.text("connection_id"), body.choice("phase", PHASES), body.text("detail"),
+                   body.text("replaces") if "replaces" in body.data else "")  # rows from before re-homing lack it

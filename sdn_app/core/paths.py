@@ -67,6 +67,10 @@ class PathRequest:
     switches rewrite the tag on the way). With both, the reservation is a VLAN circuit: every
     frame tagged `src_vlan` at src's port goes to dst's port tagged `dst_vlan`, and back,
     whatever its addresses (`label_plans.edge_plan`).
+
+    `via` names the interdomain port a path to or from a remote DTN (one beyond such a port, at a
+    site of a neighbouring domain) uses: one of that DTN's ports (`Topology.via`); None, its
+    `beyond`. Only a request with a remote end may name one.
     """
 
     src: str
@@ -83,6 +87,7 @@ class PathRequest:
     dst_prefix: str | None = None
     src_vlan: int | None = None
     dst_vlan: int | None = None
+    via: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +171,9 @@ class PathFinder:
         self.topology = topology
         self.availability = availability
         self.down_links: set[str] = set()  # links the switches report down: no path crosses them
+        # booking id -> an interdomain port its routes must not use now (its WAN segment there failed
+        # and it is being re-homed): a search that ignores that booking refuses the port
+        self.avoid: dict[str, str] = {}
 
     def route(self, request: PathRequest, ignore: str | None = None) -> Route:
         """Return the best route for `request`, with a backup when it asks for protection.
@@ -198,10 +206,14 @@ class _Search:
         self._validate()
         self.availability = finder.availability
         self.ignore = ignore
-        self.src_switch = topology.dtns[request.src].switch
-        self.dst_switch = topology.dtns[request.dst].switch
-        self.up, _ = topology.access(request.src)
-        _, self.down = topology.access(request.dst)
+        self.up, _ = topology.access(request.src, request.via)
+        _, self.down = topology.access(request.dst, request.via)
+        self.src_switch = self.up.dst
+        self.dst_switch = self.down.src
+        avoided = finder.avoid.get(ignore or "")
+        if avoided is not None and avoided in (self.up.link, self.down.link):
+            raise FailedPrecondition(f"its WAN segment through interdomain port {avoided} failed: it is being "
+                                     "re-homed to another port")
         self.banned_nodes, excluded = topology.resolve_elements(request.exclude, "exclude")
         self.down_links = frozenset(finder.down_links)
         self.banned_links = excluded | self.down_links
@@ -230,6 +242,9 @@ class _Search:
         if r.max_hops is not None and (isinstance(r.max_hops, bool) or r.max_hops < 0):
             raise InvalidArgument(f"max_hops: must be zero or more, got {r.max_hops!r}")
         validation.prefix_pair(r.src_prefix, r.dst_prefix)
+        if r.via is not None and not (self.topology.is_remote(r.src) or self.topology.is_remote(r.dst)):
+            raise InvalidArgument(f"via: {r.via!r} names an interdomain port, but neither {r.src} nor {r.dst} is a "
+                                  "remote DTN")
 
     def _waypoint(self, ref: str) -> str | frozenset[str]:
         switches, links = self.topology.resolve_elements([ref], "include")

@@ -6,8 +6,8 @@
 
 A row holds a few columns to query by (id, owner, request_id, state, created, src, dst, and
 `ended`: when a final one ended, NULL while live) and the whole reservation as JSON in `body`.
-Request fields added later (prefixes, the ends' VLANs) are in the body only when set, so older
-rows, without them, load as reservations that do not use them.
+Request fields added later (prefixes, the ends' VLANs, a remote end's inter-domain port) are in
+the body only when set, so older rows, without them, load as reservations that do not use them.
 Rows are written only inside the ledger's transactions (one writer), so a reservation's row and
 its booking are committed together or not at all.
 
@@ -225,7 +225,8 @@ def _to_json(r: Reservation) -> dict[str, Any]:
                     # Only when set: rows of reservations without prefixes stay as they were.
                     **({"src_prefix": q.src_prefix, "dst_prefix": q.dst_prefix} if q.src_prefix is not None else {}),
                     **({"src_vlan": q.src_vlan} if q.src_vlan is not None else {}),
-                    **({"dst_vlan": q.dst_vlan} if q.dst_vlan is not None else {})},
+                    **({"dst_vlan": q.dst_vlan} if q.dst_vlan is not None else {}),
+                    **({"via": q.via} if q.via is not None else {})},
         "primary": _path_json(r.route.primary) if r.route else None,
         "backup": _path_json(r.route.backup) if r.route else None,
         "decision": decisions.to_dict(r.decision) if r.decision is not None else None,
@@ -256,7 +257,7 @@ def _from_json(data: dict[str, Any], topology: Topology) -> Reservation:
     q = data["request"]
     request = PathRequest(q["src"], q["dst"], q["bandwidth"], q["start"], math.inf if q["end"] is None else q["end"],
                           q["policy"], tuple(q["include"]), tuple(q["exclude"]), q["max_hops"], q["protect"],
-                          q.get("src_prefix"), q.get("dst_prefix"), q.get("src_vlan"), q.get("dst_vlan"))
+                          q.get("src_prefix"), q.get("dst_prefix"), q.get("src_vlan"), q.get("dst_vlan"), q.get("via"))
 
     final = State(data["state"]).is_final
 

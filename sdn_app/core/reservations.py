@@ -184,6 +184,8 @@ class ReservationBook:
                                 self.rerouter.measured_route, self._move, self._commit)
         self.shares = Shares(topology, ledger, MappingProxyType(self._live), self._memory.elastic,
                              lambda: self.finder.down_links, share_step, share_solver)
+        # reservation id -> how its re-homed WAN segment is told once its move is confirmed
+        self._rehomed: dict[str, str] = {}
         self.ledger.write(store.create_table)
         self._load()
 
@@ -439,10 +441,10 @@ class ReservationBook:
         priority = check_terms(principal, request, terms)
         if request.end <= now:
             raise InvalidArgument(f"end: the window ended already ({format_time(request.end)})")
-        request, labels, terms = self._remote_end(request, labels, terms)
+        request, labels, terms, remote_route = self._remote_end(request, labels, terms)
         self._check_apart(request, batch=batch)
         self._check_hosts(request)
-        route = planned or self.finder.route(request)
+        route = planned or remote_route or self.finder.route(request)
         if self.provisioning:
             self.installs.check_room(route, request.src_vlan, request.dst_vlan)
         if SEGMENT_LABEL in labels:
@@ -470,35 +472,116 @@ class ReservationBook:
         return self._begin(None, reservation, f"{reservation.name} admitted")
 
     def _remote_end(self, request: PathRequest, labels: Mapping[str, str],
-                    terms: Terms) -> tuple[PathRequest, Mapping[str, str], Terms]:
+                    terms: Terms) -> tuple[PathRequest, Mapping[str, str], Terms, Route | None]:
         """A request to a DTN beyond an inter-domain port: a hold labelled with the neighbour's NSA
-        (its WAN segment is booked over NSI before it is committed: `nsi_segments`), tagged at that
-        port with the first VLAN of the port's range free in its window (or the one asked for)."""
+        (its WAN segment is booked over NSI before it is committed: `nsi_segments`), through the
+        first of the DTN's ports (`beyond`, then `also_beyond`; or the `via` asked for) that is up
+        and has a free VLAN and a route with room, tagged there with the first VLAN of the port's
+        range free in its window (or the one asked for); with the route found. None of them: the
+        first port's refusal."""
         remote = [(end, name) for end, name in (("src", request.src), ("dst", request.dst))
                   if self.topology.is_remote(name)]
         if not remote:
             if SEGMENT_LABEL in labels:
                 raise InvalidArgument(f"labels: {SEGMENT_LABEL} is set by tsdn on reservations to remote DTNs")
-            return request, labels, terms
+            return request, labels, terms, None
         if len(remote) == 2:
             raise InvalidArgument(f"{request.src} and {request.dst} are both beyond inter-domain ports: tsdn books "
                                   "paths that start or end on its own network")
         end, name = remote[0]
-        port = self.topology.interdomain[self.topology.dtn(name).beyond]
-        first, last = port.vlans
-        asked = getattr(request, f"{end}_vlan")
-        if asked is not None and not first <= asked <= last:
-            raise InvalidArgument(f"{end}_vlan: {asked} is outside the VLANs {first}-{last} that inter-domain port "
-                                  f"{port.name} offers")
-        if asked is None:
-            taken = vlans.users(self.topology, self._live.values(), self.topology.endpoint(port.name), first, last,
-                                request.start, request.end)
-            free = [vlan for vlan in range(first, last + 1) if vlan not in taken]
-            if not free:
-                raise NoCapacity(f"{name}: every VLAN {first}-{last} of inter-domain port {port.name} towards "
-                                 f"{port.peer.nsa} is taken in that window")
-            request = replace(request, **{f"{end}_vlan": free[0]})
-        return request, {**labels, SEGMENT_LABEL: port.peer.nsa}, replace(terms, hold=True)
+        ports = (self.topology.via(name, request.via),) if request.via is not None else \
+            self.topology.remote_ports(name)
+        request, route = self._pick_port(request, end, name, [p for p in ports if p is not None])
+        port = self.topology.interdomain[request.via or ""]
+        return request, {**labels, SEGMENT_LABEL: port.peer.nsa}, replace(terms, hold=True), route
+
+    def _pick_port(self, request: PathRequest, end: str, name: str, ports: Sequence[str],
+                   ignore: str = "") -> tuple[PathRequest, Route]:
+        """`request` through the first of `ports` (inter-domain ports reaching remote DTN `name`,
+        its `end`) that is up, has a VLAN free in its window (the one asked for, or the first one)
+        and a route with room, with that route; not counting reservation `ignore`. None: the
+        first port's refusal."""
+        refusals: list[TsdnError] = []
+        for port_name in ports:
+            port = self.topology.interdomain[port_name]
+            first, last = port.vlans
+            asked = getattr(request, f"{end}_vlan")
+            try:
+                if port.name in self.finder.down_links:
+                    raise FailedPrecondition(f"{name}: inter-domain port {port.name} towards {port.peer.nsa} is down")
+                if asked is not None and not first <= asked <= last:
+                    raise InvalidArgument(f"{end}_vlan: {asked} is outside the VLANs {first}-{last} that inter-domain "
+                                          f"port {port.name} offers")
+                vlan = asked
+                if vlan is None:
+                    taken = vlans.users(self.topology, [r for r in self._live.values() if r.id != ignore],
+                                        self.topology.endpoint(port.name), first, last, request.start, request.end)
+                    vlan = next((v for v in range(first, last + 1) if v not in taken), None)
+                    if vlan is None:
+                        raise NoCapacity(f"{name}: every VLAN {first}-{last} of inter-domain port {port.name} towards "
+                                         f"{port.peer.nsa} is taken in that window")
+                candidate = replace(request, via=port.name, **{f"{end}_vlan": vlan})
+                return candidate, self.finder.route(candidate, ignore=ignore or None)
+            except (NoCapacity, FailedPrecondition, InvalidArgument) as refusal:
+                refusals.append(refusal)
+        if not refusals:
+            raise FailedPrecondition(f"{name}: no inter-domain port reaches it")
+        raise refusals[0]
+
+    # -- re-homing a WAN segment (nsi_segments) ----------------------------------------------
+
+    def rehome_choice(self, reservation_id: str, failed_port: str) -> PathRequest:
+        """The request of live reservation `reservation_id` moved off inter-domain port
+        `failed_port` (where its WAN segment failed) to the first other port that reaches its
+        remote DTN and is up, with a free VLAN and a route with room (`via` and the VLAN set);
+        raises why there is none."""
+        old = self._lookup(reservation_id)
+        if old.state.is_final:
+            raise FailedPrecondition(f"{old.name} is {old.state}; there is nothing to re-home")
+        request = old.request
+        end, name = ("dst", request.dst) if self.topology.is_remote(request.dst) else ("src", request.src)
+        others = [p for p in self.topology.remote_ports(name) if p != failed_port]
+        if not others:
+            raise FailedPrecondition(f"no other inter-domain port reaches {name}")
+        asked = replace(request, via=None, **{f"{end}_vlan": None})
+        return self._pick_port(asked, end, name, others, ignore=old.id)[0]
+
+    def rehoming(self, reservation_id: str, failed_port: str, reason: str) -> Reservation:
+        """The WAN segment of `reservation_id` through inter-domain port `failed_port` failed and
+        another one is being booked: DEGRADED with `reason` (before its window or with its data
+        plane released: its state stays, with that reason); no route of it uses `failed_port`
+        until `rehome` or `fail`."""
+        old = self._lookup(reservation_id)
+        if old.state.is_final:
+            return old
+        self.finder.avoid[old.id] = failed_port
+        return self._commit(old, reason, old.state if old.state.booked_only else State.DEGRADED)
+
+    def rehome(self, reservation_id: str, via: str, vlan: int, note: str) -> Reservation:
+        """The new WAN segment of `reservation_id` (`note` names it) is booked through inter-domain
+        port `via` on VLAN `vlan`: move the local segment there, make-before-break (the new paths'
+        entries, then the steer changes at the ingresses, then the old ones let go), its ledger
+        booking moved onto the new directions; ACTIVE again once every hop confirms."""
+        old = self._lookup(reservation_id)
+        if old.state.is_final:
+            raise FailedPrecondition(f"{old.name} is {old.state} ({old.reason}); its segment cannot be re-homed")
+        q = old.request
+        end = "dst" if self.topology.is_remote(q.dst) else "src"
+        request = replace(q, via=via, **{f"{end}_vlan": vlan})
+        self._check_vlans(request, ignore=old.id)
+        route = self.finder.route(request, ignore=old.id)
+        self.finder.avoid.pop(old.id, None)
+        told = f"re-homed through inter-domain port {via} ({note})"
+        installed = old.id in self.installs
+        new = self._move(old, route, f"{told}: moving to {route.primary.describe()}", request)
+        if installed:
+            self._rehomed[old.id] = told
+        elif new.state is State.DEGRADED:
+            new = self._commit(new, told, State.ACTIVE)
+        else:
+            new = self._commit(new, told)
+        self._reshare(f"{old.name} re-homed")
+        return self._reservations[new.id]
 
     def _begin(self, previous: State | None, reservation: Reservation, cause: str) -> Reservation:
         """Record a reservation that was just created, committed or provisioned (state and reason
@@ -661,10 +744,13 @@ class ReservationBook:
             self._commit(old, f"installed, but link {', '.join(down)} is down and no alternate path fits",
                          State.DEGRADED)
         elif error is None:
+            told = self._rehomed.pop(reservation_id, "")
             self._commit(old, CONFIRMED if old.state is State.PROVISIONING
-                         else f"moved to {old.route.primary.describe()}: {CONFIRMED}", State.ACTIVE)
+                         else (f"{told}; " if told else "") + f"moved to {old.route.primary.describe()}: "
+                         f"{CONFIRMED}", State.ACTIVE)
             self.rerouter.confirmed(reservation_id)
         elif old.state is State.MOVING:
+            self._rehomed.pop(reservation_id, None)
             self._commit(old, f"moving failed: {error}", State.DEGRADED)
             self.rerouter.move_failed(old, error)
         else:
@@ -841,6 +927,8 @@ class ReservationBook:
         if old.state.is_final:
             return old
         reason = f"released by {principal.name}" + (f": {why}" if why else "")
+        self.finder.avoid.pop(old.id, None)
+        self._rehomed.pop(old.id, None)
         new = replace(old, state=State.RELEASED, updated=self.clock.now(), reason=reason)
         self.ledger.release(old.id, also=lambda db: self._update_row(db, new))
         self._remember(new)
@@ -933,6 +1021,8 @@ class ReservationBook:
         """The reservation cannot go on (its WAN segment was refused or failed): FAILED with `reason`,
         its booking freed and its flows removed; a final one is returned unchanged."""
         old = self._lookup(reservation_id)
+        self.finder.avoid.pop(old.id, None)
+        self._rehomed.pop(old.id, None)
         if old.state.is_final:
             return old
         new = replace(old, state=State.FAILED, updated=self.clock.now(), reason=reason)
@@ -1191,7 +1281,7 @@ def _vlan_ports(topology: Topology, request: PathRequest) -> dict[tuple[str, int
     found = {}
     for field, end, vlan in (("src_vlan", request.src, request.src_vlan), ("dst_vlan", request.dst, request.dst_vlan)):
         if vlan is not None:
-            up, _ = topology.access(end)
+            up, _ = topology.access(end, request.via)
             found[(up.dst, up.dst_port, vlan)] = (field, end)
     return found
 

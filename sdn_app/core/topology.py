@@ -11,6 +11,9 @@ capacity. A remote DTN, at a site in that neighbouring domain, has no access lin
 its directions are its interdomain port's, shared with every other remote DTN beyond that port
 and with the port itself, so what is booked across the port is counted once, against the port.
 Endpoints (what a path may start or end at) are DTNs, ours and remote, and interdomain ports.
+A remote DTN may be reached through more interdomain ports than its `beyond` (`also_beyond`, all
+towards the same neighbour): a path to it names the one it uses (`PathRequest.via`), and `access`,
+`endpoint` and `vlan_range` take that port (`via`; None: `beyond`).
 """
 
 from __future__ import annotations
@@ -198,17 +201,42 @@ class Topology:
             known = ", ".join(sorted(self.dtns)[:12]) or "none"
             raise NotFound(f"unknown DTN {name!r} in topology {self.name} (known: {known})") from None
 
-    def access(self, dtn: str) -> tuple[LinkDirection, LinkDirection]:
+    def access(self, dtn: str, via: str | None = None) -> tuple[LinkDirection, LinkDirection]:
         """Return the (DTN->switch, switch->DTN) directions of `dtn`'s access link.
 
         For a remote DTN, and for an interdomain port named itself, the port's (inward, outward)
-        directions: every remote DTN beyond one port shares them with the port.
+        directions: every remote DTN beyond one port shares them with the port. A remote DTN is
+        reached through interdomain port `via` (None: its `beyond`); `via` means nothing for other
+        endpoints.
         """
+        port = self.via(dtn, via)
+        if port is not None:
+            return self._access[port]
         try:
             return self._access[dtn]
         except KeyError:
             self.dtn(dtn)  # raises NotFound naming it
             raise
+
+    def via(self, name: str, via: str | None) -> str | None:
+        """The interdomain port through which endpoint `name` is reached when a path names `via`:
+        for a remote DTN `via` itself (None: its `beyond`), which must be one of its ports
+        (`InvalidArgument` naming them otherwise); None for every other endpoint."""
+        dtn = self.dtns.get(name)
+        if dtn is None or dtn.beyond is None:
+            return None
+        if via is None:
+            return dtn.beyond
+        if via not in dtn.ports:
+            raise InvalidArgument(f"via: {via!r} is not an interdomain port that reaches {name} "
+                                  f"(its ports: {', '.join(dtn.ports)})")
+        return via
+
+    def remote_ports(self, name: str) -> tuple[str, ...]:
+        """The interdomain ports that reach remote DTN `name`, `beyond` first (an own DTN or an
+        interdomain port: none)."""
+        dtn = self.dtns.get(name)
+        return () if dtn is None else dtn.ports
 
     @property
     def remote_dtns(self) -> list[str]:
@@ -220,24 +248,28 @@ class Topology:
         return NotFound(f"unknown endpoint {name!r} in topology {self.name}: not a DTN or interdomain port "
                         f"(known: {known})")
 
-    def endpoint(self, name: str) -> tuple[str, int]:
+    def endpoint(self, name: str, via: str | None = None) -> tuple[str, int]:
         """Return the (switch, port) where endpoint `name` (a DTN of ours, a remote DTN or an
-        interdomain port) meets this domain; raise `NotFound` naming it when it is none of these."""
-        found = self.dtns.get(name) or self.interdomain.get(name)
+        interdomain port) meets this domain; raise `NotFound` naming it when it is none of these.
+        A remote DTN meets it at interdomain port `via` (None: its `beyond`)."""
+        port = self.via(name, via)
+        found = self.interdomain.get(port) if port is not None else self.dtns.get(name) or self.interdomain.get(name)
         if found is None:
             raise self._endpoint_not_found(name)
         return found.switch, found.port
 
-    def vlan_range(self, name: str) -> tuple[int, int]:
+    def vlan_range(self, name: str, via: str | None = None) -> tuple[int, int]:
         """Return the (first, last) VLANs usable at endpoint `name`: an own DTN's `vlans` (by
-        default 2-4094), or the interdomain port's for the port and every remote DTN beyond it."""
+        default 2-4094), or the interdomain port's for the port and every remote DTN beyond it
+        (through port `via`, None: its `beyond`)."""
         if name in self.interdomain:
             return self.interdomain[name].vlans
         dtn = self.dtns.get(name)
         if dtn is None:
             raise self._endpoint_not_found(name)
-        if dtn.beyond is not None:
-            return self.interdomain[dtn.beyond].vlans
+        port = self.via(name, via)
+        if port is not None:
+            return self.interdomain[port].vlans
         return dtn.vlans or DEFAULT_DTN_VLANS
 
     def domain_of(self, name: str) -> str | None:

@@ -373,12 +373,20 @@ class DtnSpec(_Strict):
     # An own DTN: the VLANs an NSI requester may ask for at its port (None: DEFAULT_DTN_VLANS).
     vlans: VlanRange | None = None
     beyond: Name | None = None
+    # A remote DTN: more interdomain ports that reach it, in order of preference after `beyond`
+    # (each leads to the same neighbour NSA): where its WAN segment is re-homed when one fails.
+    also_beyond: Annotated[list[Name], Field(max_length=MAX_INTERDOMAIN)] = []
     stp: StpId | None = None  # a remote DTN: the neighbour's STP where its site is reached
 
     @property
     def is_remote(self) -> bool:
         """Whether this DTN lies in a neighbouring domain, beyond an interdomain port."""
         return self.beyond is not None
+
+    @property
+    def ports(self) -> tuple[str, ...]:
+        """A remote DTN's interdomain ports, `beyond` first then `also_beyond` (an own DTN: none)."""
+        return () if self.beyond is None else (self.beyond, *self.also_beyond)
 
 
 class PeerSpec(_Strict):
@@ -789,6 +797,9 @@ def check_consistency(spec: TopologySpec) -> list[str]:
             claim_port(dtn.switch, dtn.port, f"{where}.port")
             if dtn.stp is not None:
                 problems.append(f"{where}.stp: only a remote DTN (one with beyond) has an STP")
+            if dtn.also_beyond:
+                problems.append(f"{where}.also_beyond: only a remote DTN (one with beyond) has more interdomain "
+                                "ports; give beyond first")
         else:
             problems.extend(_remote_dtn_consistency(dtn, where, interdomain))
         for value, seen, field in ((dtn.ipv4, ips, "ipv4"), (dtn.mac, macs, "mac")):
@@ -875,6 +886,19 @@ def _remote_dtn_consistency(dtn: DtnSpec, where: str, interdomain: dict[str, Int
                         "reaches its site")
     if dtn.vlans is not None:
         problems.append(f"{where}.vlans: a remote DTN uses the VLANs of its interdomain port {dtn.beyond}; omit vlans")
+    seen = {dtn.beyond}
+    for j, name in enumerate(dtn.also_beyond):
+        alternate = interdomain.get(name)
+        if name in seen:
+            problems.append(f"{where}.also_beyond[{j}]: interdomain port {name} is already named "
+                            + ("in beyond" if name == dtn.beyond else "earlier in also_beyond"))
+        elif alternate is None:
+            known = ", ".join(sorted(interdomain)[:12]) or "none"
+            problems.append(f"{where}.also_beyond[{j}]: no interdomain port named {name!r} (declared: {known})")
+        elif port_spec is not None and alternate.peer.nsa != port_spec.peer.nsa:
+            problems.append(f"{where}.also_beyond[{j}]: interdomain port {name} leads to {alternate.peer.nsa}, not "
+                            f"to {port_spec.peer.nsa} where beyond {dtn.beyond} leads and the DTN's STP lies")
+        seen.add(name)
     return problems
 
 
@@ -935,6 +959,8 @@ def dump_topology_spec(spec: TopologySpec) -> str:
     for item in data.get("dtns", []):
         if "beyond" in item:  # a remote DTN sits at its interdomain port: the file names none
             del item["switch"], item["port"]
+        if not item.get("also_beyond"):
+            item.pop("also_beyond", None)
     for item in data.get("sites", []):
         if not item.get("dtns"):
             item.pop("dtns", None)

@@ -20,14 +20,15 @@ def users(topology: Topology, reservations: Iterable[Reservation], port: tuple[s
         if reservation.state.is_final or request.end <= start or request.start >= end:
             continue
         for name, vlan in ((request.src, request.src_vlan), (request.dst, request.dst_vlan)):
-            if vlan is not None and first <= vlan <= last and port_of(topology, name) == port:
+            if vlan is not None and first <= vlan <= last and port_of(topology, name, request.via) == port:
                 used.setdefault(vlan, reservation)
     return used
 
 
-def port_of(topology: Topology, endpoint: str) -> tuple[str, int] | None:
-    """The switch port of a DTN or inter-domain port (None: no such endpoint)."""
+def port_of(topology: Topology, endpoint: str, via: str | None = None) -> tuple[str, int] | None:
+    """The switch port of a DTN or inter-domain port, a remote DTN's being that of the inter-domain
+    port `via` a request uses (None: its `beyond`); None: no such endpoint."""
     try:
-        return topology.endpoint(endpoint)
+        return topology.endpoint(endpoint, via)
     except (NotFound, InvalidArgument):
         return None

@@ -82,10 +82,10 @@ class Domains:
         port's switch across the port to the remote site."""
         parts = []
         for end in (r.request.src, r.request.dst):
-            dtn = self.topology.dtns.get(end)
-            if dtn is None or dtn.beyond is None:
+            used = self.topology.via(end, r.request.via)  # the port the reservation uses now (re-homed: not beyond)
+            if used is None:
                 continue
-            port = self.topology.interdomain[dtn.beyond]
+            port = self.topology.interdomain[used]
             parts.append({"end": end, "port": port.name, "switch": port.switch, "site": self._site.get(end),
                           "domain": port.peer.nsa, "domain_name": nsa_short(port.peer.nsa)})
         return parts

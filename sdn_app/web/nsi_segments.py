@@ -6,7 +6,10 @@ remote segment reserved, committed and provisioned at the neighbour, then its ho
 refusal, a fault or a callback that does not come in time fails the reservation with the
 neighbour named, and whatever the neighbour holds is aborted or terminated. A reservation that
 ends has its remote segment released and terminated. Notifications from a neighbour
-(errorEvent, dataPlaneStateChange to inactive, reserveTimeout) fail the reservation they concern.
+(errorEvent, dataPlaneStateChange to inactive, reserveTimeout) about a booked segment re-home it
+when the core finds another inter-domain port to the remote DTN (a new remote segment from that
+port, then the local segment moved onto it, then the failed connection terminated); otherwise,
+or when the new segment is refused, they fail the reservation they concern.
 
 Each segment runs in its own task; the core is called only through `worker.call_async`.
 """
@@ -42,6 +45,16 @@ T = TypeVar("T")
 CORE_TIMEOUT = 30.0
 EVENT_BATCH = 500
 START_SLACK = 5.0  # seconds: a window starting sooner is asked at the neighbour from now
+
+
+class SegmentFailed(Exception):
+    """A remote segment was refused, failed or not confirmed in time: why, and the neighbour's
+    connection id once it gave one (to abort or terminate)."""
+
+    def __init__(self, reason: str, connection_id: str):
+        super().__init__(reason)
+        self.reason = reason
+        self.connection_id = connection_id
 
 
 def _datetime(seconds: float) -> datetime.datetime | None:
@@ -156,54 +169,92 @@ class SegmentRunner:
 
     # -- one segment -----------------------------------------------------------------------------
 
-    async def _book(self, segment: Segment) -> None:
-        """Reserve, commit and provision the remote segment, then commit the local hold."""
-        connection_id = ""
+    async def _remote_segment(self, segment: Segment, phases: tuple[str, str, str]) -> str:
+        """Reserve, commit and (when the reservation wants flows) provision `segment` at its neighbour,
+        recording `phases` (reserving, committing, provisioning) as it goes: the neighbour's
+        connection id. `SegmentFailed` says why not, with the connection id once the neighbour gave one."""
+        reserving, committing, provisioning = phases
+        known = ""
         try:
             peer = self._peer(segment)
 
             async def held(cid: str) -> None:
                 # recorded before the confirmation: a restart in between still knows what to terminate
-                await self._core(lambda desk: desk.advance(segment.reservation, "reserving", cid))
+                nonlocal known
+                known = cid
+                await self._core(lambda desk: desk.advance(segment.reservation, reserving, cid))
             # a window that runs already is asked from now: providers refuse a start time in the past
             # (OpenNSA: "Start time in the past"), and the reservation's start is by the time it gets there
             start = _datetime(segment.start) if segment.start > self.context.clock.now() + START_SLACK else None
             confirmed = await peer.reserve(segment.source_stp, segment.dest_stp, segment.capacity_mbps,
                                            _datetime(segment.end), start, on_reply=held,
                                            description=f"tsdn {segment.reservation} via {segment.interdomain}")
-            connection_id = confirmed.connection_id
-            log.info("NSI segment %s held at %s for %s: %s -> %s", connection_id, segment.peer_nsa,
-                     segment.reservation, segment.source_stp, segment.dest_stp)
-            await self._core(lambda desk: desk.advance(segment.reservation, "committing", connection_id))
-            await peer.commit(connection_id)
+            known = confirmed.connection_id
+            log.info("NSI segment %s held at %s for %s: %s -> %s", known, segment.peer_nsa, segment.reservation,
+                     segment.source_stp, segment.dest_stp)
+            await self._core(lambda desk: desk.advance(segment.reservation, committing, known))
+            await peer.commit(known)
             if segment.provision:
-                await self._core(lambda desk: desk.advance(segment.reservation, "provisioning"))
-                await peer.provision(connection_id)
+                await self._core(lambda desk: desk.advance(segment.reservation, provisioning))
+                await peer.provision(known)
+            return known
+        except NsiError as error:
+            if isinstance(error, NsiTimeout) and error.connection_id:
+                known = error.connection_id
+            raise SegmentFailed(f"NSI segment at {error.nsa}: {error}", known) from error
+
+    async def _book(self, segment: Segment) -> None:
+        """Book the remote segment, then commit the local hold; undo both on any failure."""
+        connection_id = ""
+        try:
+            connection_id = await self._remote_segment(segment, ("reserving", "committing", "provisioning"))
             await self._core(lambda desk: desk.commit_local(segment.reservation))
             log.info("NSI segment %s at %s committed%s with %s", connection_id, segment.peer_nsa,
                      " and provisioned" if segment.provision else "", segment.reservation)
-        except NsiError as error:
-            if isinstance(error, NsiTimeout) and error.connection_id:
-                connection_id = error.connection_id
-            await self._undo(segment, f"NSI segment at {error.nsa}: {error}", connection_id)
+        except SegmentFailed as failed:
+            await self._undo(segment, failed.reason, failed.connection_id)
         except TsdnError as error:  # the local hold could not be committed (expired, released meanwhile)
             await self._undo(segment, f"local hold not committed: {error}", connection_id)
 
+    async def _rehome(self, segment: Segment) -> None:
+        """Book the re-homed remote segment (from the new port's STP), move the local segment onto it,
+        then terminate the connection it replaces; a refusal, a fault or a missing callback fails the
+        reservation naming both connections."""
+        connection_id = ""
+        try:
+            connection_id = await self._remote_segment(segment, ("rehoming", "rehoming", "rehoming"))
+            await self._core(lambda desk: desk.rehome_local(segment.reservation))
+        except SegmentFailed as failed:
+            await self._undo(segment, f"{segment.detail}; the new {failed.reason}",
+                             failed.connection_id)
+            return
+        except TsdnError as error:  # the local segment could not be moved (VLAN taken meanwhile, released)
+            await self._undo(segment, f"{segment.detail}; the local segment was not moved: {error}", connection_id)
+            return
+        log.info("NSI segment of %s re-homed to %s through %s", segment.reservation, connection_id,
+                 segment.interdomain)
+        if segment.replaces:
+            await self._terminate(segment, segment.replaces)
+            with contextlib.suppress(TsdnError):
+                await self._core(lambda desk: desk.replaced(segment.reservation))
+
     async def _undo(self, segment: Segment, reason: str, connection_id: str = "") -> None:
-        """Fail the local reservation with `reason`; abort or terminate whatever the neighbour holds."""
+        """Fail the local reservation with `reason`; abort or terminate whatever the neighbour holds
+        (and the connection a re-homed segment replaces)."""
         connection_id = connection_id or segment.connection_id
         log.warning("NSI segment of %s failed: %s", segment.reservation, reason)
         with contextlib.suppress(TsdnError):
             await self._core(lambda desk: desk.fail(segment.reservation, reason))
-        if connection_id:
-            await self._terminate(segment, connection_id)
+        for cid in dict.fromkeys(c for c in (connection_id, segment.replaces) if c):
+            await self._terminate(segment, cid)
         with contextlib.suppress(TsdnError):
             await self._core(lambda desk: desk.forget(segment.reservation))
 
     async def _end(self, segment: Segment) -> None:
-        """The local reservation ended: release and terminate the remote segment."""
-        if segment.connection_id:
-            await self._terminate(segment, segment.connection_id)
+        """The local reservation ended: release and terminate the remote segment (and the
+        connection a re-homed segment replaces)."""
+        for cid in dict.fromkeys(c for c in (segment.connection_id, segment.replaces) if c):
+            await self._terminate(segment, cid)
         with contextlib.suppress(TsdnError):
             await self._core(lambda desk: desk.forget(segment.reservation))
 
@@ -243,5 +294,7 @@ class SegmentRunner:
         except TsdnError as error:
             log.warning("NSI %s about %s not handled: %s", kind, connection_id, error)
             return
-        if segment is not None:
+        if segment is not None and segment.phase == "rehoming":
+            await self._rehome(segment)
+        elif segment is not None:
             await self._end(segment)
