@@ -284,8 +284,6 @@ class SegmentRunner:
             kind, text = f"reserveTimeout after {callback.timeout_seconds} s", ""
         else:
             return
-        log.warning("NSI %s from %s about %s%s", kind, callback.provider_nsa, callback.connection_id,
-                    f": {text}" if text else "")
         self._spawn(self._remote_trouble(callback.provider_nsa, callback.connection_id, kind, text))
 
     async def _remote_trouble(self, nsa: str, connection_id: str, kind: str, text: str) -> None:
@@ -294,7 +292,12 @@ class SegmentRunner:
         except TsdnError as error:
             log.warning("NSI %s about %s not handled: %s", kind, connection_id, error)
             return
-        if segment is not None and segment.phase == "rehoming":
+        said = f"NSI {kind} from {nsa} about {connection_id}" + (f": {text}" if text else "")
+        if segment is None:  # not a live segment of ours (e.g. the data plane going down after our release)
+            log.info("%s: no live segment of ours is affected", said)
+        elif segment.phase == "rehoming":
+            log.warning("%s: re-homing %s through %s", said, segment.reservation, segment.interdomain)
             await self._rehome(segment)
-        elif segment is not None:
+        else:
+            log.warning("%s: %s failed", said, segment.reservation)
             await self._end(segment)
