@@ -468,10 +468,11 @@ class NsiDesk:
                                   lambda: self.book.unprovision(principal, connection.reservation))
 
     def _committed(self, connection: Connection, operation: str) -> None:
-        states = self.states(connection)
+        self._catch_up()
+        reservation = self.reservation_of(connection)
+        states = states_of(connection, reservation)
         if states.reservation != "ReserveStart" or states.lifecycle != "Created" \
-                or self.reservation_of(connection) is None \
-                or self.reservation_of(connection).state.is_final:  # type: ignore[union-attr]
+                or reservation is None or reservation.state.is_final:
             raise NsiRefused(f"{connection.id} is {states.reservation}, {states.lifecycle}: {operation} needs a "
                              "committed connection that is not terminated", "00201")
 
