@@ -62,8 +62,8 @@ def test_dtn1_reaches_saopaulo_over_the_vlan_opennsa_confirmed_and_only_while_re
         wait_for(lambda: connected_bridges() >= ALL_RING8_SWITCHES, "all 8 switches to connect", DEADLINE)
         with TsdnClient(address, token=TOKEN, timeout=10) as client:
             created = client.create_reservation("dtn1", "saopaulo-dtn1", G, duration=3600)
-            settled = wait_for(lambda: (r := client.get_reservation(created.id)).state != pb.HELD and r,
-                               "the reservation to leave HELD", 60)
+            settled = wait_for(lambda: (r := client.get_reservation(created.id)).state not in (
+                pb.HELD, pb.PROVISIONING) and r, "the reservation to settle (segment booked, flows confirmed)", 60)
             assert settled.state == pb.ACTIVE, settled.state_reason
             [remote] = [r for r in query(rnp) if created.id in r.description and r.states.lifecycle == "Created"]
             vlan = remote.criteria.dest_vlan
