@@ -63,14 +63,11 @@ from benchmarks.northbound import latency_summary, machine, percentile_ms
 from benchmarks.report import free_port, print_result, say
 from benchmarks.sense import Step, run_step
 from benchmarks.setup import (
-    CONNECT_TIMEOUT,
     Arrival,
     Watcher,
-    connected_bridges,
     ensure_ovs_without_network,
-    flows_gone,
     mininet_missing,
-    mn_clean,
+    on_switches,
     ordered_pairs,
 )
 from northbound.client import TsdnClient
@@ -564,35 +561,18 @@ def switched(workdir: Path, topology: Topology, pairs: list[tuple[str, str]], sp
     """The same runs with sc16 in Mininet under the controller (real flows, meters, barriers)."""
     from mininet.log import setLogLevel
 
-    from topologies.mininet_builder import default_scale, start_network
+    from topologies.mininet_builder import default_scale
 
     setLogLevel("critical")
     scale = default_scale(topology)
     ensure_ovs_without_network()
-    http, openflow = free_port(), free_port()
-    controller = ControllerProcess(workdir / "openflow", ("127.0.0.1", openflow), scale, principal=PRINCIPAL,
-                                   token=TOKEN, topology=TOPOLOGY, extra=controller_args(http))
-    started = False
-    try:
-        address = controller.start()
-        started = True
-        with start_network(TOPOLOGY, scale, controller=("127.0.0.1", openflow)) as net:
-            wanted = {net.topo.mn_name(s) for s in topology.switches}
-            deadline = time.monotonic() + CONNECT_TIMEOUT
-            while not wanted <= connected_bridges():
-                if time.monotonic() > deadline or controller.process.poll() is not None:
-                    raise RuntimeError(f"switches not connected within {CONNECT_TIMEOUT:g} s\n"
-                                       + "".join(controller.tail))
-                time.sleep(0.2)  # polling a condition with a deadline
-            bridges = sorted(wanted)
-            outcome = both(workdir, address, http, pairs, spare, clients, onsa_pairs, lambda: flows_gone(bridges),
-                           f"{TOPOLOGY} in Mininet (scale {scale:g})")
-            outcome["scale"] = scale
-            return outcome
-    finally:
-        controller.stop()
-        if started:
-            mn_clean()
+    http = free_port()
+    with on_switches(workdir / "openflow", topology, scale, principal=PRINCIPAL, token=TOKEN,
+                     extra=controller_args(http)) as running:
+        outcome = both(workdir, running.address, http, pairs, spare, clients, onsa_pairs, running.settle,
+                       f"{TOPOLOGY} in Mininet (scale {scale:g})")
+    outcome["scale"] = scale
+    return outcome
 
 
 HEADLINE_RATES = ("connections_per_s", "terminated_per_s")

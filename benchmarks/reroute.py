@@ -64,10 +64,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import probes
-from benchmarks.controller_process import ControllerProcess
 from benchmarks.northbound import machine, percentile_ms
-from benchmarks.report import free_port, print_result, say
-from benchmarks.setup import connected_bridges, ensure_ovs_without_network, mininet_missing, mn_clean
+from benchmarks.report import print_result, say
+from benchmarks.setup import ensure_ovs_without_network, mininet_missing, on_switches
 from northbound.client import ApiError, TsdnClient
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from northbound.proto.tsdn.v1 import topology_pb2 as topo_pb
@@ -92,7 +91,6 @@ DESIGNS = (LABELS, PER_HOP)  # the design measured, then the baseline
 NO_BUNDLES = "labels-no-bundles"  # labels again, with flow-mods and barriers instead of OpenFlow bundles
 RUNS = {LABELS: ("--flow-design", LABELS), PER_HOP: ("--flow-design", PER_HOP),
         NO_BUNDLES: ("--flow-design", LABELS, "--no-bundles")}
-CONNECT_TIMEOUT = 60.0
 EVENT_TIMEOUT = 30.0
 FF_PAIR = ("caltech-a-dtn1", "starlight-dtn1")
 FF_PROBE_INTERVAL_US = 500
@@ -424,44 +422,30 @@ def measured(design: str, topology: Topology, rounds: Rounds, workdir: Path,
              scale: float) -> tuple[list[float], list[float], list[float], list[FfRound]]:
     """reroute_1, reroute_100 (each reservation's and each round's last) and the fast-failover
     rounds on sc16 in Mininet under a controller with the arguments of `RUNS[design]`."""
-    from topologies.mininet_builder import start_network
-
-    port = free_port()
-    controller = ControllerProcess(workdir / f"controller-{design}", ("127.0.0.1", port), scale,
-                                   principal=PRINCIPAL, token=TOKEN, extra=RUNS[design])
-    try:
-        address = controller.start()
-        with start_network(TOPOLOGY, scale, controller=("127.0.0.1", port)) as net:
-            wanted = {net.topo.mn_name(s) for s in topology.switches}
-            deadline = time.monotonic() + CONNECT_TIMEOUT
-            while not wanted <= connected_bridges():
-                if time.monotonic() > deadline or controller.process.poll() is not None:
-                    raise RuntimeError("switches not connected in time:\n" + "".join(controller.tail))
-                time.sleep(0.2)  # polling a condition with a deadline
-            client = TsdnClient(address, token=TOKEN, timeout=10)
-            log = EventLog(address)
-            log.start()
-            bench = Bench(net, topology, client, log, controller.pid)
-            try:
-                single = reroute_one(bench, rounds.single)
-                say(f"{design}: reroute_1: p50 {percentile_ms(single, 0.5)} ms, p99 {percentile_ms(single, 0.99)} ms "
-                    f"over {len(single)} cuts")
-                hundred, last = reroute_hundred(bench, rounds.hundred, rounds.affected)
-                say(f"{design}: reroute_100: p50 {percentile_ms(hundred, 0.5)} ms, p99 "
-                    f"{percentile_ms(hundred, 0.99)} ms, last one after {[round(x * 1000, 1) for x in last]} ms")
-                ff = ff_gap(bench, rounds.ff, workdir / f"controller-{design}", scale)
-                say(f"{design}: fast failover: longest gap after the cut {[round(r.gap_s * 1000, 2) for r in ff]} ms, "
-                    f"in the second before it {[round(r.quiet_s * 1000, 2) for r in ff]} ms; probes lost "
-                    f"{[r.lost for r in ff]}, their gap {[round(r.loss_gap_s * 1000, 2) for r in ff]} ms; "
-                    f"one every {FF_PROBE_INTERVAL_US} µs asked, {[r.achieved_interval_us for r in ff]} µs sent, "
-                    f"longest send gap {[r.longest_send_gap_us for r in ff]} µs; arrival times from the "
-                    f"{'/'.join(sorted({r.receive_clock for r in ff}))}")
-            finally:
-                log.stop()
-                client.close()
-    finally:
-        controller.stop()
-        mn_clean()
+    with on_switches(workdir / f"controller-{design}", topology, scale, principal=PRINCIPAL, token=TOKEN,
+                     extra=RUNS[design]) as running:
+        net, address, controller = running.net, running.address, running.controller
+        client = TsdnClient(address, token=TOKEN, timeout=10)
+        log = EventLog(address)
+        log.start()
+        bench = Bench(net, topology, client, log, controller.pid)
+        try:
+            single = reroute_one(bench, rounds.single)
+            say(f"{design}: reroute_1: p50 {percentile_ms(single, 0.5)} ms, p99 {percentile_ms(single, 0.99)} ms "
+                f"over {len(single)} cuts")
+            hundred, last = reroute_hundred(bench, rounds.hundred, rounds.affected)
+            say(f"{design}: reroute_100: p50 {percentile_ms(hundred, 0.5)} ms, p99 "
+                f"{percentile_ms(hundred, 0.99)} ms, last one after {[round(x * 1000, 1) for x in last]} ms")
+            ff = ff_gap(bench, rounds.ff, workdir / f"controller-{design}", scale)
+            say(f"{design}: fast failover: longest gap after the cut {[round(r.gap_s * 1000, 2) for r in ff]} ms, "
+                f"in the second before it {[round(r.quiet_s * 1000, 2) for r in ff]} ms; probes lost "
+                f"{[r.lost for r in ff]}, their gap {[round(r.loss_gap_s * 1000, 2) for r in ff]} ms; "
+                f"one every {FF_PROBE_INTERVAL_US} µs asked, {[r.achieved_interval_us for r in ff]} µs sent, "
+                f"longest send gap {[r.longest_send_gap_us for r in ff]} µs; arrival times from the "
+                f"{'/'.join(sorted({r.receive_clock for r in ff}))}")
+        finally:
+            log.stop()
+            client.close()
     return single, hundred, last, ff
 
 

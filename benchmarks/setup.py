@@ -72,6 +72,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchmarks.controller_process import ControllerProcess
 from benchmarks.northbound import latency_summary, machine, percentile_ms, process_cpu
@@ -617,23 +618,35 @@ def run(quick: bool = False, sequential: int | None = None, batch: int | None = 
                      switched[DESIGNS[1]], switched[DESIGNS[2]])
 
 
-def switched_run(design: str, topology: Topology, workdir: Path, scale: float, dtns: list[str], sizes: Sizes,
-                 clients: int, seed: int, cpu: dict) -> RunOf:
-    """The phases on sc16 in Mininet under a controller with `--flow-design design` (and no grace
-    for unused paths, so each phase's entries are gone before the next, as with per-hop flows:
-    every phase pays for installing its paths)."""
+@dataclass(frozen=True)
+class OnSwitches:
+    """A controller process running `topology` in Mininet, every switch connected: its gRPC
+    address, the process, the network, and `settle()`, which waits until the switches hold no
+    flows of it."""
+
+    address: str
+    controller: ControllerProcess
+    net: Any
+    settle: Callable[[], object]
+
+
+@contextlib.contextmanager
+def on_switches(workdir: Path, topology: Topology, scale: float, *, principal: str, token: str,
+                extra: tuple[str, ...] = (), topology_name: str = TOPOLOGY):
+    """A `tsdn controller` process (`extra` arguments) with `topology_name` in Mininet at `scale` pointed
+    at it; yields an `OnSwitches` once every switch is connected; stops both after."""
     from topologies.mininet_builder import start_network
 
     port = free_port()
-    controller = ControllerProcess(workdir / f"openflow-{design}", ("127.0.0.1", port), scale, principal=PRINCIPAL,
-                                   token=TOKEN, extra=(*RUNS[design], "--label-grace", "0s"))
+    controller = ControllerProcess(workdir, ("127.0.0.1", port), scale, principal=principal, token=token,
+                                   topology=topology_name, extra=extra)
     started_network = False
     try:
         address = controller.start()
-        say(f"{design}: controller on {address}, OpenFlow on 127.0.0.1:{port}, --emulation-scale {scale:g}")
+        say(f"controller on {address}, OpenFlow on 127.0.0.1:{port}, --emulation-scale {scale:g}")
         began = time.perf_counter()
         started_network = True
-        with start_network(TOPOLOGY, scale, controller=("127.0.0.1", port)) as net:
+        with start_network(topology_name, scale, controller=("127.0.0.1", port)) as net:
             wanted = {net.topo.mn_name(s) for s in topology.switches}
             deadline = time.monotonic() + CONNECT_TIMEOUT
             while not wanted <= (connected := connected_bridges()):
@@ -642,17 +655,27 @@ def switched_run(design: str, topology: Topology, workdir: Path, scale: float, d
                                        f"{sorted(wanted - connected)}\n" + "".join(controller.tail))
                 time.sleep(0.2)  # polling a condition with a deadline
             say(f"Mininet up and all {len(wanted)} switches connected in {time.perf_counter() - began:.1f} s")
-            pids = {"bench": None, "controller": controller.pid, "ovs-vswitchd": ovs_vswitchd_pid()}
             bridges = [net.topo.mn_name(s) for s in topology.switches]
-            phases = run_phases(address, dtns, sizes, clients, seed, pids, cpu, design.replace("-", "_"),
-                                settle=lambda: flows_gone(bridges))
-            phases.campaign = campaign_phase(address, dtns, sizes.campaign, seed, clients,
-                                             settle=lambda: flows_gone(bridges))
-            return phases
+            yield OnSwitches(address, controller, net, lambda: flows_gone(bridges))
     finally:
         controller.stop()
         if started_network:
             mn_clean()
+
+
+def switched_run(design: str, topology: Topology, workdir: Path, scale: float, dtns: list[str], sizes: Sizes,
+                 clients: int, seed: int, cpu: dict) -> RunOf:
+    """The phases on sc16 in Mininet under a controller with `--flow-design design` (and no grace
+    for unused paths, so each phase's entries are gone before the next, as with per-hop flows:
+    every phase pays for installing its paths)."""
+    say(f"{design}:")
+    with on_switches(workdir / f"openflow-{design}", topology, scale, principal=PRINCIPAL, token=TOKEN,
+                     extra=(*RUNS[design], "--label-grace", "0s")) as running:
+        pids = {"bench": None, "controller": running.controller.pid, "ovs-vswitchd": ovs_vswitchd_pid()}
+        phases = run_phases(running.address, dtns, sizes, clients, seed, pids, cpu, design.replace("-", "_"),
+                            settle=running.settle)
+        phases.campaign = campaign_phase(running.address, dtns, sizes.campaign, seed, clients, settle=running.settle)
+        return phases
 
 
 @dataclass
