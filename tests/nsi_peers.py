@@ -11,10 +11,9 @@ Without the recipe these skip saying why, and fail when CI is set (CI must run t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tsdn.demo import peers
+from tsdn.demo.peers import free_port
+
 OPENNSA_TPC_TIMEOUT = 5  # seconds the session's OpenNSA keeps an uncommitted hold
-SETUP_TIMEOUT = 900  # seconds setup.sh may take from nothing (apt, pip with psycopg2 built from source)
 
 
 @dataclass(frozen=True)
@@ -41,23 +41,39 @@ class OpenNsaBuild:
         return self.recipe / "onsa"
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def opennsa_recipe() -> Path:
     """The OpenNSA recipe directory (TSDN_OPENNSA, else ../shared/tools/opennsa beside the repo); the test
     skips saying why when it is absent, and fails when CI is set."""
-    recipe = Path(os.environ.get("TSDN_OPENNSA") or REPO.parent / "shared" / "tools" / "opennsa")
+    recipe = peers.opennsa_recipe()
     if not (recipe / "setup.sh").is_file():
         why = f"no OpenNSA recipe: {recipe / 'setup.sh'} is not a file (set TSDN_OPENNSA to its directory)"
         if os.environ.get("CI"):
             pytest.fail(why)
         pytest.skip(why)
     return recipe
+
+
+@contextlib.contextmanager
+def running(domain: str, ports: tuple[str, ...], vlans: tuple[int, int]) -> Iterator[str]:
+    """A real OpenNSA (dud backend) for `domain` with `ports` (each offering `vlans`), holds timing out
+    after OPENNSA_TPC_TIMEOUT s, started by the recipe (as the demo starts its neighbours) on a free port:
+    its CS2 URL. Stopped and purged afterwards."""
+    recipe = opennsa_recipe()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/NSI/services/CS2"
+    neighbour = peers.Neighbour(f"urn:ogf:network:{domain}:nsa", url, domain, port,
+                                tuple((name, *vlans, 100_000) for name in ports))
+    started = peers.RunningPeers(recipe)
+    logs = Path(tempfile.mkdtemp(prefix=f"tsdn-opennsa-{domain}-logs-"))
+    try:
+        try:
+            started.start(neighbour, logs, tpc_timeout=OPENNSA_TPC_TIMEOUT)
+        except peers.PeerSetupError as error:
+            pytest.fail(str(error))
+        yield url
+    finally:
+        started.stop()
+        shutil.rmtree(logs, ignore_errors=True)
 
 
 def _built(recipe: Path) -> OpenNsaBuild | None:
@@ -72,23 +88,9 @@ def _built(recipe: Path) -> OpenNsaBuild | None:
 @pytest.fixture(scope="session")
 def opennsa() -> Iterator[str]:
     """A real OpenNSA (dud backend, ports ps/port1/port2 with VLANs 1780-1799, holds time out after
-    OPENNSA_TPC_TIMEOUT s) started by the recipe's setup.sh in a fresh /tmp dir: its CS2 URL."""
-    recipe = opennsa_recipe()
-    base = Path(tempfile.mkdtemp(prefix="tsdn-opennsa-", dir="/tmp"))
-    base.chmod(0o755)  # PostgreSQL runs as its own user when setup.sh runs as root
-    port = free_port()
-    env = {**os.environ, "TPC_TIMEOUT": str(OPENNSA_TPC_TIMEOUT), "RESET_DB": "0"}
-    try:
-        started = subprocess.run([str(recipe / "setup.sh"), str(base), str(port), str(free_port())], env=env,
-                                 capture_output=True, text=True, timeout=SETUP_TIMEOUT, check=False)
-        if started.returncode != 0:
-            pytest.fail(f"OpenNSA setup.sh failed ({started.returncode}):\n{started.stdout[-3000:]}\n"
-                        f"{started.stderr[-3000:]}")
-        yield f"http://127.0.0.1:{port}/NSI/services/CS2"
-    finally:
-        subprocess.run([str(recipe / "stop.sh"), "--purge", str(base)], capture_output=True, timeout=120,
-                       check=False)
-        shutil.rmtree(base, ignore_errors=True)
+    OPENNSA_TPC_TIMEOUT s): its CS2 URL."""
+    with running("opennsa.test", ("ps", "port1", "port2"), (1780, 1799)) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -136,27 +138,6 @@ RNP_VLANS = (1780, 1799)
 def opennsa_rnp() -> Iterator[Neighbour]:
     """A second real OpenNSA (dud backend) standing in for RNP: NSA urn:ogf:network:rnp.test:nsa, ports
     `ring8`, `saopaulo` and `ring8b` (a second port facing ring8) with VLANs 1780-1799, holds timing out
-    after OPENNSA_TPC_TIMEOUT s; its own state dir and ports, stopped and purged afterwards."""
-    recipe = opennsa_recipe()
-    base = Path(tempfile.mkdtemp(prefix="tsdn-opennsa-rnp-", dir="/tmp"))
-    base.chmod(0o755)  # PostgreSQL runs as its own user when setup.sh runs as root
-    nrm = base / "rnp.nrm"
-    first, last = RNP_VLANS
-    nrm.write_text("".join(f"ethernet {port} - vlan:{first}-{last} 100000 em{i} -\n"
-                           for i, port in enumerate(RNP_PORTS)))
-    nrm.chmod(0o644)
-    port = free_port()
-    env = {**os.environ, "TPC_TIMEOUT": str(OPENNSA_TPC_TIMEOUT), "RESET_DB": "0", "NSA_DOMAIN": RNP_DOMAIN,
-           "NRM_FILE": str(nrm)}
-    try:
-        started = subprocess.run([str(recipe / "setup.sh"), str(base), str(port), str(free_port())], env=env,
-                                 capture_output=True, text=True, timeout=SETUP_TIMEOUT, check=False)
-        if started.returncode != 0:
-            pytest.fail(f"OpenNSA ({RNP_DOMAIN}) setup.sh failed ({started.returncode}):\n{started.stdout[-3000:]}\n"
-                        f"{started.stderr[-3000:]}")
-        yield Neighbour(f"urn:ogf:network:{RNP_DOMAIN}:nsa", f"urn:ogf:network:{RNP_DOMAIN}:topology",
-                        f"http://127.0.0.1:{port}/NSI/services/CS2")
-    finally:
-        subprocess.run([str(recipe / "stop.sh"), "--purge", str(base)], capture_output=True, timeout=120,
-                       check=False)
-        shutil.rmtree(base, ignore_errors=True)
+    after OPENNSA_TPC_TIMEOUT s."""
+    with running(RNP_DOMAIN, RNP_PORTS, RNP_VLANS) as url:
+        yield Neighbour(f"urn:ogf:network:{RNP_DOMAIN}:nsa", f"urn:ogf:network:{RNP_DOMAIN}:topology", url)

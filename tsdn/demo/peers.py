@@ -112,7 +112,8 @@ def nrm(neighbour: Neighbour) -> str:
                    for i, (name, first, last, mbps) in enumerate(neighbour.stps))
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -132,8 +133,9 @@ class RunningPeers:
     started: dict[str, Path] = field(default_factory=dict)  # NSA -> its state dir
     logs: Path | None = None
 
-    def start(self, neighbour: Neighbour, log_dir: Path) -> None:
-        """Start `neighbour`'s OpenNSA (PeerSetupError with setup.sh's words when it does not come up)."""
+    def start(self, neighbour: Neighbour, log_dir: Path, tpc_timeout: int | None = None) -> None:
+        """Start `neighbour`'s OpenNSA (PeerSetupError with setup.sh's words when it does not come up);
+        `tpc_timeout`: seconds it keeps an uncommitted hold (None: OpenNSA's 120)."""
         if _port_busy(neighbour.port):
             raise PeerSetupError(f"port {neighbour.port} of {neighbour.url} is taken: something already listens "
                                  f"there, where the demo starts {neighbour.nsa}'s OpenNSA")
@@ -143,10 +145,11 @@ class RunningPeers:
         path = base / "neighbour.nrm"
         path.write_text(nrm(neighbour))
         path.chmod(0o644)
-        env = {**os.environ, "NSA_DOMAIN": neighbour.domain, "NRM_FILE": str(path), "RESET_DB": "0"}
+        env = {**os.environ, "NSA_DOMAIN": neighbour.domain, "NRM_FILE": str(path), "RESET_DB": "0",
+               **({"TPC_TIMEOUT": str(tpc_timeout)} if tpc_timeout is not None else {})}
         log = log_dir / f"opennsa-{neighbour.domain}.setup.log"
         try:
-            done = subprocess.run([str(self.recipe / "setup.sh"), str(base), str(neighbour.port), str(_free_port())],
+            done = subprocess.run([str(self.recipe / "setup.sh"), str(base), str(neighbour.port), str(free_port())],
                                   env=env, capture_output=True, text=True, timeout=SETUP_TIMEOUT, check=False)
         except subprocess.TimeoutExpired:
             raise PeerSetupError(f"OpenNSA for {neighbour.nsa} did not start within {SETUP_TIMEOUT:g} s") from None
