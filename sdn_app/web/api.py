@@ -15,7 +15,11 @@ error format with status 400, and nothing was changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+import logging
+import queue
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -28,6 +32,8 @@ from sdn_app.core.topology import Topology
 
 PRINCIPAL = web.RequestKey("principal", Principal)  # request[PRINCIPAL]: the authenticated caller
 CORE_TIMEOUT = 30.0  # seconds a call may wait for the core's thread
+EVENT_BATCH = 500  # events handed over at once by an EventFollower
+log = logging.getLogger("tsdn.web")
 D = TypeVar("D")
 T = TypeVar("T")
 
@@ -119,6 +125,42 @@ class CoreDesk(Generic[D]):
             return await self.worker.call_async(job, timeout=CORE_TIMEOUT)
         except TimeoutError:
             raise Unavailable(f"the controller's core did not answer within {CORE_TIMEOUT:g} s; retry") from None
+
+
+class EventFollower:
+    """The book's events that `accept` lets through, in batches, for a task on the event loop: made
+    (and subscribed) on the loop, so nothing published after it is missed; `run(handle)` until the
+    hub closes. A subscription that fell behind is renewed, saying that `what` missed events."""
+
+    def __init__(self, hub: Any, accept: Callable[[Any], bool], what: str):
+        self.hub = hub
+        self.accept = accept
+        self.what = what
+        self.subscription = self._subscribe()
+
+    def _subscribe(self) -> Any:
+        subscription = self.hub.subscribe(self.accept)
+        subscription.wake_on(asyncio.get_running_loop())
+        return subscription
+
+    async def run(self, handle: Callable[[list[Any]], Awaitable[None]]) -> None:
+        """`await handle(events)` for each batch, until the hub closes."""
+        while True:
+            while (event := await self.subscription.next_async()) is not None:
+                events = [event]
+                with contextlib.suppress(queue.Empty):
+                    while len(events) < EVENT_BATCH:
+                        events.append(self.subscription.events.get_nowait())
+                await handle([e for e in events if e is not None])
+            self.hub.unsubscribe(self.subscription)
+            if not self.subscription.overflowed:
+                return  # closed: the controller is stopping
+            log.warning("%s fell behind the book's events; some were missed", self.what)
+            self.subscription = self._subscribe()
+
+    def close(self) -> None:
+        """Stop following (the running `run` returns)."""
+        self.hub.unsubscribe(self.subscription)
 
 
 class HttpApi(Protocol):

@@ -47,7 +47,7 @@ from sdn_app.core.errors import (
 from sdn_app.core.nsi import LABEL, Connection, NsiDesk, NsiRefused, ReserveAsk, Summary, network_id, nsa_id
 from sdn_app.core.nsi import Notice as CoreNotice
 from sdn_app.web import nsi_documents, nsi_soap
-from sdn_app.web.api import PRINCIPAL, ApiContext, CoreDesk, client_address
+from sdn_app.web.api import PRINCIPAL, ApiContext, CoreDesk, EventFollower, client_address
 from sdn_app.web.nsi_requester import CallbackReceiver
 from sdn_app.web.nsi_segments import SegmentRunner
 
@@ -60,7 +60,6 @@ DISCOVERY_PATH = f"{PREFIX}/discovery.xml"
 CALLBACK_TIMEOUT = 10.0  # seconds one callback POST may take
 CALLBACK_ATTEMPTS = 3  # tries per callback before the requester is called unreachable
 CALLBACK_BACKLOG = 1000  # callbacks queued per replyTo; beyond, the oldest requester is dropped
-NOTICE_BATCH = 500  # events turned into notifications in one call on the core's thread
 XML = "text/xml; charset=utf-8"
 SOFTWARE = "tsdn"
 _ERROR_IDS = {NoCapacity: nsi_soap.CAPACITY_UNAVAILABLE, InvalidArgument: nsi_soap.PAYLOAD_ERROR,
@@ -118,7 +117,7 @@ class NsiApi:
         self._senders: dict[str, asyncio.Task[None]] = {}
         self._notification_ids: dict[str, int] = {}
         self._watcher: asyncio.Task[None] | None = None
-        self._subscription: Any = None
+        self._follower: EventFollower | None = None
         self.undelivered = 0  # callbacks given up on (the requester could not be reached)
 
     # -- the HttpApi protocol ----------------------------------------------------------------------
@@ -149,8 +148,8 @@ class NsiApi:
         """Stop the notification watcher, the callback senders and the WAN segments' tasks."""
         if self.segments is not None:
             await self.segments.close()
-        if self._subscription is not None:
-            self.context.worker.hub.unsubscribe(self._subscription)
+        if self._follower is not None:
+            self._follower.close()
         tasks = [t for t in (self._watcher, *self._senders.values()) if t is not None]
         for task in tasks:
             task.cancel()
@@ -319,27 +318,19 @@ class NsiApi:
         self._watcher = asyncio.get_running_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
-        hub = self.context.worker.hub
-        while True:
-            self._subscription = hub.subscribe(lambda e: LABEL in e.reservation.labels)
-            self._subscription.wake_on(asyncio.get_running_loop())
-            while (event := await self._subscription.next_async()) is not None:
-                events = [event]
-                with contextlib.suppress(Exception):
-                    while len(events) < NOTICE_BATCH:
-                        events.append(self._subscription.events.get_nowait())
-                events = [e for e in events if e is not None]
-                try:
-                    notices = await self._core(lambda desk, batch=events: desk.notices(batch))
-                except TsdnError as error:
-                    log.warning("NSI notifications of %d events lost: %s", len(events), error)
-                    continue
-                for notice in notices:
-                    self._send_notice(notice)
-            hub.unsubscribe(self._subscription)
-            if not self._subscription.overflowed:
-                return  # closed: the controller is stopping
-            log.warning("NSI notifications fell behind the book's events; some were lost")
+        follower = self._follower = EventFollower(self.context.worker.hub, lambda e: LABEL in e.reservation.labels,
+                                                  "NSI notifications")
+        await follower.run(self._notices)
+
+    async def _notices(self, events: list[Any]) -> None:
+        """Send the notifications `events` of NSI connections mean."""
+        try:
+            notices = await self._core(lambda desk: desk.notices(events))
+        except TsdnError as error:
+            log.warning("NSI notifications of %d events lost: %s", len(events), error)
+            return
+        for notice in notices:
+            self._send_notice(notice)
 
     def _send_notice(self, notice: CoreNotice) -> None:
         connection = notice.connection

@@ -28,7 +28,7 @@ from aiohttp import web
 
 from sdn_app.core.errors import TsdnError, Unavailable
 from sdn_app.core.nsi_segments import SEGMENT_LABEL, Segment, SegmentDesk
-from sdn_app.web.api import ApiContext
+from sdn_app.web.api import ApiContext, EventFollower
 from sdn_app.web.nsi_requester import (
     Callback,
     CallbackReceiver,
@@ -43,7 +43,6 @@ from sdn_app.web.nsi_requester import (
 log = logging.getLogger("tsdn.nsi.segments")
 T = TypeVar("T")
 CORE_TIMEOUT = 30.0
-EVENT_BATCH = 500
 START_SLACK = 5.0  # seconds: a window starting sooner is asked at the neighbour from now
 
 
@@ -79,23 +78,20 @@ class SegmentRunner:
         self._peers: dict[str, NsiPeer] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._watcher: asyncio.Task[None] | None = None
-        self._subscription: Any = None
+        self._follower: EventFollower | None = None
 
     async def start(self, _app: web.Application | None = None) -> None:
         """Finish what a previous run left under way, then follow the book's events."""
         # subscribed before anything else may run: a reservation made while the leftovers are looked at
         # must not be missed (it would stay HELD, its segment never asked for, until its hold expires)
-        self._subscribe()
+        self._follower = EventFollower(self.context.worker.hub, lambda e: SEGMENT_LABEL in e.reservation.labels,
+                                       "NSI segments")
         self._watcher = asyncio.get_running_loop().create_task(self._run())
-
-    def _subscribe(self) -> None:
-        self._subscription = self.context.worker.hub.subscribe(lambda e: SEGMENT_LABEL in e.reservation.labels)
-        self._subscription.wake_on(asyncio.get_running_loop())
 
     async def close(self) -> None:
         """Stop following events and every segment task; close the peers."""
-        if self._subscription is not None:
-            self.context.worker.hub.unsubscribe(self._subscription)
+        if self._follower is not None:
+            self._follower.close()
         tasks = [t for t in (self._watcher, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
@@ -142,30 +138,20 @@ class SegmentRunner:
                 self._spawn(self._end(segment))
         except TsdnError as error:
             log.warning("NSI segments left from before the start not finished: %s", error)
-        hub = self.context.worker.hub
-        while True:
-            if self._subscription is None:
-                self._subscribe()
-            while (event := await self._subscription.next_async()) is not None:
-                events = [event]
-                with contextlib.suppress(Exception):
-                    while len(events) < EVENT_BATCH:
-                        events.append(self._subscription.events.get_nowait())
-                batch = [e for e in events if e is not None]
-                try:
-                    starting, ending = await self._core(lambda desk, b=batch: desk.react(b))
-                except TsdnError as error:
-                    log.warning("NSI segments: %d events not handled: %s", len(batch), error)
-                    continue
-                for segment in starting:
-                    self._spawn(self._book(segment))
-                for segment in ending:
-                    self._spawn(self._end(segment))
-            hub.unsubscribe(self._subscription)
-            overflowed, self._subscription = self._subscription.overflowed, None
-            if not overflowed:
-                return
-            log.warning("NSI segments fell behind the book's events; some were missed")
+        assert self._follower is not None
+        await self._follower.run(self._react)
+
+    async def _react(self, events: list[Any]) -> None:
+        """Start booking the segments of new holds; end those whose reservation ended."""
+        try:
+            starting, ending = await self._core(lambda desk: desk.react(events))
+        except TsdnError as error:
+            log.warning("NSI segments: %d events not handled: %s", len(events), error)
+            return
+        for segment in starting:
+            self._spawn(self._book(segment))
+        for segment in ending:
+            self._spawn(self._end(segment))
 
     # -- one segment -----------------------------------------------------------------------------
 
