@@ -118,7 +118,6 @@ class NsiApi:
         self._notification_ids: dict[str, int] = {}
         self._watcher: asyncio.Task[None] | None = None
         self._follower: EventFollower | None = None
-        self.undelivered = 0  # callbacks given up on (the requester could not be reached)
 
     # -- the HttpApi protocol ----------------------------------------------------------------------
 
@@ -281,7 +280,6 @@ class NsiApi:
         try:
             queue.put_nowait((operation, envelope, undelivered))
         except asyncio.QueueFull:
-            self.undelivered += 1
             log.warning("NSI callbacks to %s: %d are waiting; %s dropped", reply_to, CALLBACK_BACKLOG, operation)
 
     async def _sender(self, reply_to: str, queue: asyncio.Queue[tuple[str, bytes, Callable[[], Any] | None]]) -> None:
@@ -304,7 +302,6 @@ class NsiApi:
                     problem = str(error) or type(error).__name__
                 await asyncio.sleep(0.2 * 2**attempt)  # back off before the next attempt
             if problem:
-                self.undelivered += 1
                 log.warning("NSI %s to %s not delivered after %d attempts: %s", operation, reply_to,
                             CALLBACK_ATTEMPTS, problem)
                 if undelivered is not None:
