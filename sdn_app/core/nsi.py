@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -562,8 +562,3 @@ def _read(row: store.Stored) -> Connection:
                       body.integer("capacity_mbps") or 0, body.number("start") or 0.0, body.open_end("end"),
                       body.text("reservation"), body.number("created") or 0.0, body.integer("version") or 0,
                       bool(body.flag("terminated")))
-
-
-def by_label(labels: Mapping[str, str]) -> str | None:
-    """The NSI connection id a reservation's labels name (None: not booked through NSI)."""
-    return labels.get(LABEL)
