@@ -37,6 +37,19 @@ def switched_ring8(tmp_path: Path, design: str = LABELS) -> SimpleNamespace:
                            path=path)
 
 
+def switch_plans(book: ReservationBook, topology: Topology) -> dict[str, tuple[set, set, set]]:
+    """Per switch, the flows, meters and groups `book` wants there."""
+    return {s: (set(p.flows), set(p.meters), set(p.groups)) for s in topology.switches
+            for p in [book.switch_plan(s)]}
+
+
+def reopened(env: SimpleNamespace) -> ReservationBook:
+    """`env`'s book as a restarted controller loads it from the same state file."""
+    env.ledger.close()
+    ledger = Ledger(env.topology.capacities(), env.path, env.clock)
+    return ReservationBook(env.topology, ledger, env.clock, provisioning=True)
+
+
 def request(clock, src="dtn1", dst="dtn3", bandwidth=10 * G, start=0.0, duration=3600.0, **more) -> PathRequest:
     """A request from `start` seconds after now, lasting `duration`."""
     begin = clock.now() + start

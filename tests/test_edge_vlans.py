@@ -14,11 +14,10 @@ import pytest
 
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument
 from sdn_app.core.label_plans import PathUse, edge_plan, path_keys
-from sdn_app.core.ledger import Ledger
 from sdn_app.core.plans import IN_PORT, UNTAGGED, IdAllocator, StepKind, SwitchPlan
 from sdn_app.core.reconcile import reconcile
 from sdn_app.core.reservation import State
-from sdn_app.core.reservations import BatchItem, ReservationBook
+from sdn_app.core.reservations import BatchItem
 from sdn_app.openflow.encoder import add_flow, add_group, flow_from_stats, group_from_stats
 from tests.flowtable import (
     FlowTables,
@@ -27,7 +26,7 @@ from tests.flowtable import (
     dtn_packet,
     ipv6_packet,
 )
-from tests.switched import RUCIO, TablesFabric, active, confirm, request, switched_ring8
+from tests.switched import RUCIO, TablesFabric, active, confirm, reopened, request, switch_plans, switched_ring8
 
 V1, V3, OTHER = 1780, 1781, 1782  # dtn1's VLAN, dtn3's, and one nobody reserved
 
@@ -254,16 +253,13 @@ def test_a_restart_keeps_the_vlans_and_installs_the_same_flows(env):
     one = active(env, "dtn5", "dtn7", src_vlan=1900)
     protected = active(env, "dtn2", "dtn6", src_vlan=1901, dst_vlan=1902, protect=True)
 
-    def held(book):
-        return {s: (set(p.flows), set(p.meters), set(p.groups)) for s in env.topology.switches
-                for p in [book.switch_plan(s)]}
+    wanted = switch_plans(env.book, env.topology)
 
-    wanted = held(env.book)
-    env.ledger.close()
-    ledger = Ledger(env.topology.capacities(), env.path, env.clock)
-    book = ReservationBook(env.topology, ledger, env.clock, provisioning=True)
+    book = reopened(env)
+
     assert book.take_changes() == []
-    assert held(book) == wanted
+
+    assert switch_plans(book, env.topology) == wanted
     for r, vlans in ((c, (V1, V3)), (one, (1900, None)), (protected, (1901, 1902))):
         q = book.get(RUCIO, r.name).request
         assert (q.src_vlan, q.dst_vlan) == vlans

@@ -11,7 +11,6 @@ import pytest
 from sdn_app.core.errors import NoCapacity
 from sdn_app.core.label_plans import STEER_TABLE, PathKey
 from sdn_app.core.labels import PathTable, parse_label_range
-from sdn_app.core.ledger import Ledger
 from sdn_app.core.paths import Hop
 from sdn_app.core.plans import IdAllocator, StepKind
 from sdn_app.core.reservation import PathChoice, State
@@ -19,7 +18,19 @@ from sdn_app.core.reservations import ReservationBook
 from sdn_app.openflow.encoder import add_flow, add_group, flow_from_stats, group_from_stats
 from sdn_app.openflow.provisioner import Provisioner
 from tests.flowtable import DELIVERED, DROPPED, Packet, delivered, dtn_packet, ipv6_packet, send
-from tests.switched import DESIGNS, RUCIO, TablesFabric, active, after_grace, confirm, own, request, switched_ring8
+from tests.switched import (
+    DESIGNS,
+    RUCIO,
+    TablesFabric,
+    active,
+    after_grace,
+    confirm,
+    own,
+    reopened,
+    request,
+    switch_plans,
+    switched_ring8,
+)
 
 A = ("2001:db8:8:110::/64", "2001:db8:8:310::/64")  # dtn1's and dtn3's prefixes of two Rucio rules
 B = ("2001:db8:8:111::/64", "2001:db8:8:311::/64")
@@ -140,16 +151,10 @@ def test_the_label_range_is_checked():
 def test_a_restart_finds_the_same_labels_and_entries(env):
     active(env)
     active(env, "dtn5", "dtn8", protect=True)
-    def held(book):
-        return {s: (set(p.flows), set(p.meters), set(p.groups)) for s in env.topology.switches
-                for p in [book.switch_plan(s)]}
-
-    wanted = held(env.book)
-    env.ledger.close()
-    ledger = Ledger(env.topology.capacities(), env.path, env.clock)
-    book = ReservationBook(env.topology, ledger, env.clock, provisioning=True)
+    wanted = switch_plans(env.book, env.topology)
+    book = reopened(env)
     assert book.take_changes() == []
-    assert held(book) == wanted
+    assert switch_plans(book, env.topology) == wanted
 
 
 def test_every_entry_of_a_label_design_decodes_back_to_its_spec(env):

@@ -8,9 +8,11 @@ import copy
 import pytest
 import yaml
 
-from sdn_app.core.errors import InvalidArgument, NotFound, TopologyError
+from sdn_app.core.errors import InvalidArgument, NotFound
 from sdn_app.core.topology import Topology
 from sdn_app.core.topology_schema import dump_topology_spec, load_topology_spec, parse_topology_spec
+from tests.test_topology_schema import problems_for as schema_problems
+from tests.test_topology_schema import write
 from topologies import TOPOLOGY_DIR
 from topologies.zoo_import import import_zoo
 from tsdn.cli import main as tsdn_main
@@ -46,20 +48,9 @@ GOOD = {
 }
 
 
-def write(tmp_path, data, name="topo.yaml"):
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def problems_for(tmp_path, mutate):
-    data = copy.deepcopy(GOOD)
-    mutate(data)
-    path = write(tmp_path, data)
-    with pytest.raises(TopologyError) as caught:
-        load_topology_spec(path)
-    assert all(p.startswith(f"{path}: ") for p in caught.value.problems)
-    return [p.removeprefix(f"{path}: ") for p in caught.value.problems]
+    """The problems loading GOOD changed by `mutate` gives."""
+    return schema_problems(tmp_path, mutate, GOOD)
 
 
 @pytest.fixture

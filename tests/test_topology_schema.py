@@ -39,8 +39,9 @@ def write(tmp_path, data, name="topo.yaml"):
     return path
 
 
-def problems_for(tmp_path, mutate):
-    data = copy.deepcopy(GOOD)
+def problems_for(tmp_path, mutate, good=GOOD):
+    """The problems loading `good` changed by `mutate` gives, without the file name in front."""
+    data = copy.deepcopy(good)
     mutate(data)
     path = write(tmp_path, data)
     with pytest.raises(TopologyError) as caught:
