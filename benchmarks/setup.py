@@ -80,7 +80,7 @@ from benchmarks.report import free_port, print_result, say
 from northbound.client import ApiError, TsdnClient, reservation_request
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
 from sdn_app.core.topology import Topology
-from topologies import builtin_topology
+from topologies import builtin_topology, open_vswitch
 
 M = 10**6
 BANDWIDTH = 100 * M
@@ -91,7 +91,6 @@ TARGETS = {"p50_ms": 5, "p99_ms": 20, "campaign_1000_s": 1.0}
 ONOS_MS_PER_INTENT = 15.5
 CONNECT_TIMEOUT = 60.0
 SETUP_TIMEOUT = 30.0
-OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 FINAL = (pb.ACTIVE, pb.FAILED)
 DESIGNS = ("labels", "per-hop", "labels-no-bundles")  # the design measured, then the baselines
 RUNS = {"labels": ("--flow-design", "labels"), "per-hop": ("--flow-design", "per-hop"),
@@ -162,21 +161,8 @@ def ensure_ovs_without_network() -> None:
 
 
 def ensure_ovs() -> None:
-    """Start Open vSwitch in userspace unless ovsdb already answers."""
-    def running() -> bool:
-        try:
-            return subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True,
-                                  timeout=15).returncode == 0
-        except subprocess.TimeoutExpired:
-            return False
-    if running():
-        return
-    subprocess.run([OVS_CTL, "start", "--system-id=random", "--no-monitor"], capture_output=True, timeout=120)
-    deadline = time.monotonic() + 30
-    while not running():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"Open vSwitch did not start ({OVS_CTL} start)")
-        time.sleep(0.2)  # polling a condition with a deadline
+    """Open vSwitch in userspace, with its packet socket as the emulation needs it (topologies.open_vswitch)."""
+    open_vswitch.ensure()
 
 
 def connected_bridges() -> set[str]:

@@ -18,12 +18,11 @@ import importlib.util
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
 
-OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
+OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"  # topologies.open_vswitch runs it
 TOOLS = {
     "mn": "mininet",
     "ovs-vsctl": "openvswitch-switch",
@@ -53,26 +52,14 @@ def missing_requirements() -> list[str]:
     return missing
 
 
-def ovs_running() -> bool:
-    """Whether ovsdb-server answers `ovs-vsctl show`."""
-    try:
-        probe = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, timeout=15)
-    except subprocess.TimeoutExpired:
-        return False
-    return probe.returncode == 0
-
-
 def ensure_ovs() -> None:
-    """Start Open vSwitch in userspace (no kernel module) unless it already answers."""
-    if ovs_running():
-        return
-    started = subprocess.run([OVS_CTL, "start", "--system-id=random", "--no-monitor"],
-                             capture_output=True, text=True, timeout=120)
-    deadline = time.monotonic() + 30
-    while not ovs_running():
-        if time.monotonic() > deadline:
-            pytest.fail(f"Open vSwitch did not start: {OVS_CTL} start said:\n{started.stdout}{started.stderr}")
-        time.sleep(0.2)
+    """Open vSwitch in userspace, with its packet socket as the emulation needs it (topologies.open_vswitch)."""
+    from topologies import open_vswitch
+
+    try:
+        open_vswitch.ensure()
+    except RuntimeError as error:
+        pytest.fail(str(error))
 
 
 def mn_clean() -> None:

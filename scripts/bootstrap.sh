@@ -52,8 +52,10 @@ if [ -f "${openalto[0]}" ] && ! .venv/bin/python -c 'import alto.client, pytrici
     rm -rf "$unpacked"
 fi
 
-# Open vSwitch in userspace (ENVIRONMENT.md); its ulimit warning is harmless.
-if [ "$(id -u)" -eq 0 ] && ! ovs-vsctl --timeout=5 show >/dev/null 2>&1; then
-    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor >/dev/null 2>&1 || true
-    ovs-vsctl --timeout=10 show >/dev/null || { echo "bootstrap: Open vSwitch did not start" >&2; exit 1; }
+# Open vSwitch in userspace (ENVIRONMENT.md: the kernel has no openvswitch module), with the packet
+# socket every emulated port sends through big enough for a congested link's queue
+# (topologies/open_vswitch.py says why): net.core.wmem_default raised first, Open vSwitch restarted if
+# it runs with a smaller socket.
+if [ "$(id -u)" -eq 0 ]; then
+    .venv/bin/python -m topologies.open_vswitch || { echo "bootstrap: Open vSwitch is not ready" >&2; exit 1; }
 fi

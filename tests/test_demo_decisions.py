@@ -1,12 +1,10 @@
-"""The demo runner records what the controller decided from the typed decisions on the watch
+"""The demo's player records what the controller decided from the typed decisions on the watch
 stream (as a gRPC client sees them), never from the reason text: each reroute carries its cause,
 its decision, the flow a rearrangement made room for, and the links of its old and new paths. Fed
 with the events of a real book, converted as the servicer converts them; a reworded reason changes
 none of what the runner, the expectations or the report conclude."""
 
 from __future__ import annotations
-
-import io
 
 from northbound.convert import decision_in, decision_out, event_out
 from northbound.proto.tsdn.v1 import bandwidth_pb2 as pb
@@ -15,26 +13,30 @@ from tests.switched import RUCIO, G, active, confirm, switched_ring8
 from tests.test_advisor import mesh, tick
 from tests.test_decisions import EVERY_KIND
 from tests.test_scenarios import SMOKE, write
-from tsdn.demo.console import Console
 from tsdn.demo.expectations import moves
 from tsdn.demo.report import reroute_rows
-from tsdn.demo.runner import DemoRunner
+from tsdn.demo.emulation import Emulation
+from tsdn.demo.player import Player
+from tsdn.demo.runner import new_recording
 from tsdn.demo.scenario import load_scenario
 
 
-def runner(tmp_path) -> DemoRunner:
+def runner(tmp_path) -> Player:
+    """What a demo run plays its timeline with, on an emulation not started: the watch stream's
+    events are handed to it as its watch thread would."""
     loaded = load_scenario(write(tmp_path, SMOKE))
-    return DemoRunner(loaded, tmp_path / "out", Console(io.StringIO(), tty=False), http=None)
+    emulation = Emulation(loaded, loaded.scenario.scale_bound, tmp_path, tmp_path / "out", lambda line: None)
+    return Player(loaded.scenario, emulation, new_recording(loaded))
 
 
-def feed(run: DemoRunner, events, reason: str | None = None) -> None:
-    """Hand the book's `events` to the runner as the watch stream carries them (`reason`: instead of theirs)."""
+def feed(run: Player, events, reason: str | None = None) -> None:
+    """Hand the book's `events` to the player as the watch stream carries them (`reason`: instead of theirs)."""
     for event in events:
         message = event_out(event)
         if reason is not None:
             message.reason = reason
-        run._raw.put(("reservation", message))
-    run._drain()
+        run.emulation.events.put(message)
+    run.drain()
 
 
 def rearrangement(tmp_path, reason: str | None = None):
@@ -56,7 +58,7 @@ def rearrangement(tmp_path, reason: str | None = None):
     return env, run, (s, r)
 
 
-def reroutes(run: DemoRunner) -> list[dict]:
+def reroutes(run: Player) -> list[dict]:
     return [e.details for e in run.recording.sorted_events() if e.kind == "reroute"]
 
 
@@ -81,7 +83,7 @@ def test_a_reworded_reason_changes_nothing_the_runner_concludes(tmp_path):
     _, today, (_, r_today) = rearrangement(tmp_path / "a")
     _, reworded, (_, r_reworded) = rearrangement(tmp_path / "b", reason="the controller felt like it")
 
-    def without_text(run: DemoRunner, relieved: str) -> list[dict]:
+    def without_text(run: Player, relieved: str) -> list[dict]:
         """The reroutes without their text, the relieved reservation's id (random) named."""
         found = []
         for d in reroutes(run):
@@ -127,8 +129,8 @@ def test_a_move_between_parallel_links_is_a_reroute(tmp_path):
     run = runner(tmp_path)
     run._by_reservation["ab"] = "tcp-demo"
     for message in (event("ab", ["tbit-tcp"]), event("ab", ["tbit-rdma"], Decision(Kind.MOVED))):
-        run._raw.put(("reservation", message))
-    run._drain()
+        run.emulation.events.put(message)
+    run.drain()
     (moved,) = reroutes(run)
     assert moved["old"] == moved["new"] == ["caltech-a", "starlight"]
     assert (moved["old_links"], moved["new_links"], moved["cause"]) == (["tbit-tcp"], ["tbit-rdma"], "congestion")

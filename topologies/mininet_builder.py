@@ -125,7 +125,7 @@ from mininet.topo import Topo
 from sdn_app.core.errors import FailedPrecondition, InvalidArgument, NotFound
 from sdn_app.core.topology import Topology
 from sdn_app.core.units import format_bandwidth
-from topologies import resolve_topology
+from topologies import open_vswitch, resolve_topology
 
 DEFAULT_TOP_MBPS = 200
 """Emulated rate of the largest capacity of a topology under `default_scale`."""
@@ -142,7 +142,7 @@ MAX_OFPORT = 65279
 MAX_INTF_NAME = 15
 """Linux IFNAMSIZ - 1."""
 
-OVS_START_HINT = "/usr/share/openvswitch/scripts/ovs-ctl start --system-id=random --no-monitor"
+OVS_START_HINT = "python -m topologies.open_vswitch (as root; scripts/bootstrap.sh runs it)"
 
 CROSS_PORT = 65000
 """The switch port of a cross-traffic host (no topology port may use it)."""
@@ -546,6 +546,9 @@ def _require_system() -> None:
         probe = None
     if probe is None or probe.returncode != 0:
         raise FailedPrecondition(f"Open vSwitch is not running: start it with {OVS_START_HINT}")
+    wrong = open_vswitch.problem()
+    if wrong:
+        raise FailedPrecondition(wrong)
 
 
 def disable_tx_checksum_offload(net: Mininet) -> None:

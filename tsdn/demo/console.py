@@ -9,6 +9,7 @@ import sys
 from typing import TextIO
 
 from sdn_app.core.units import format_bandwidth
+from tsdn.demo.held_back import held_back
 from tsdn.demo.record import Event, Flow, Recording
 from tsdn.output import table
 
@@ -32,9 +33,16 @@ def flow_rows(recording: Recording) -> list[tuple[str, ...]]:
             for f in recording.flows.values()]
 
 
-def flow_table(recording: Recording) -> str:
-    """The per-flow table: name, kind, DTNs, state, nominal rate vs booked, path."""
-    return table(["NAME", "KIND", "DTNS", "STATE", "RATE / BOOKED", "PATH"], flow_rows(recording))
+def flow_table(recording: Recording, held: bool = False) -> str:
+    """The per-flow table: name, kind, DTNs, state, nominal rate vs booked, path; with `held`, also
+    who held each transfer back (`held_back`: the network, its hosts)."""
+    headers = ["NAME", "KIND", "DTNS", "STATE", "RATE / BOOKED", "PATH"]
+    rows = flow_rows(recording)
+    if held:
+        headers.append("HELD BACK BY")
+        rows = [(*row, held_back(recording, f.name)[0] if f.kind == "transfer" else "")
+                for row, f in zip(rows, recording.flows.values(), strict=True)]
+    return table(headers, rows)
 
 
 def event_line(event: Event) -> str:
@@ -91,5 +99,5 @@ class Console:
         """Print events not shown yet (plain), then the final table."""
         if not self.tty:
             self._print_new(recording)
-        print("\n" + (flow_table(recording) if recording.flows else "(no transfer or reservation)"),
+        print("\n" + (flow_table(recording, held=True) if recording.flows else "(no transfer or reservation)"),
               file=self.stream, flush=True)

@@ -11,6 +11,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tsdn.demo.calibration import Attempt
+
 # Event kinds drawn as vertical lines in the plots, and how.
 MARKED = {"fail_link": "failure", "restore_link": "restore", "congest_link": "congestion",
           "clear_link": "clear", "reroute": "reroute"}
@@ -100,6 +102,7 @@ class Flow:
     reason: str = ""
     transfer: str = ""  # transfers/{id}
     reservation: str = ""  # reservations/{id}
+    pace_bps: int | None = None  # a transfer whose sender the scenario holds below its booking
 
 
 @dataclass
@@ -138,6 +141,9 @@ class Recording:
     reservation_flows: dict[str, str] = field(default_factory=dict)  # reservation id -> flow name
     remote_dtns: dict[str, tuple[str, str]] = field(default_factory=dict)  # remote DTN -> (interdomain port, NSA)
     segments: dict[str, NsiSegment] = field(default_factory=dict)  # flow name -> its WAN segment
+    scale: float = 0.0  # the emulation scale the timeline ran at
+    scale_why: str = ""  # why that one: calibration's verdict, or fixed by the scenario
+    calibration: list[Attempt] = field(default_factory=list)  # what the emulation carried at each scale tried
     ended: float = 0.0  # when the timeline stopped (seconds from its start)
     interrupted: bool = False
     error: str = ""

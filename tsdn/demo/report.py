@@ -20,8 +20,10 @@ from pathlib import Path
 
 from sdn_app.core import decisions
 from sdn_app.core.units import format_bandwidth
+from tsdn.demo.calibration import FIT
 from tsdn.demo.console import flow_rows
 from tsdn.demo.expectations import Result
+from tsdn.demo.held_back import POLICY, held_back, not_moved_rows
 from tsdn.demo.record import MARKED, Recording
 from tsdn.demo.scenario import Scenario
 
@@ -206,8 +208,7 @@ def render_html(scenario: Scenario, recording: Recording, results: Sequence[Resu
         f"<title>tsdn demo {html.escape(scenario.name)}</title><style>{CSS}</style></head><body>",
         f"<h1>tsdn demo: {html.escape(scenario.name)}</h1>",
         f"<p>{html.escape(scenario.description)}</p>",
-        f"<p>Topology <code>{html.escape(scenario.topology)}</code>, emulation scale "
-        f"{scenario.emulation_scale:g} (nominal rates shown; Mininet ran them x {scenario.emulation_scale:g}). "
+        f"<p>Topology <code>{html.escape(scenario.topology)}</code>, {_scale_text(scenario, recording)}. "
         f"Timeline of {scenario.end:g} s{', started ' + when if when else ''}; ran until {recording.ended:.1f} s"
         f"{' (interrupted)' if recording.interrupted else ''}.</p>",
         f"<p class='verdict {'pass' if passed else 'fail'}'>{'PASS' if passed else 'FAIL'}: {html.escape(verdict)}</p>",
@@ -220,6 +221,16 @@ def render_html(scenario: Scenario, recording: Recording, results: Sequence[Resu
         [(html.escape(r.name), f"<span class='{'pass' if r.passed else 'fail'}'>{'passed' if r.passed else 'FAILED'}"
           "</span>", html.escape(r.expected), html.escape(r.measured), html.escape(r.detail)) for r in results],
         raw_cols=frozenset({0, 1, 2, 3, 4})))
+    if recording.calibration:
+        parts.append("<h2>Calibration</h2>")
+        parts.append("<p>Before the timeline the runner played its heaviest moment (the transfers, reservations "
+                     "and cross traffic live then; the cross traffic over the same link the other way, so it costs "
+                     "the switches the same without congesting what is measured) on the real fabric and measured "
+                     "what arrived: the transfers' rate reports after their first ones, the cross traffic's port "
+                     f"counters. A scale fits when both carried at least {FIT:.0%} of what they offered. "
+                     f"Chosen: {html.escape(recording.scale_why)}.</p>")
+        parts.append(_table(["scale", "offered (Mbit/s)", "carried (Mbit/s)", "transfers", "cross traffic", "verdict",
+                             "per transfer", "notes"], calibration_rows(recording)))
     parts.append("<h2>Throughput</h2>")
     parts.append("<p>Solid: each transfer's nominal rate (its sender's rate / the emulation scale); dashed: its "
                  "booking. Vertical lines: red link failure, green restore, orange congestion, olive congestion "
@@ -255,8 +266,21 @@ def render_html(scenario: Scenario, recording: Recording, results: Sequence[Resu
                      "tsdn's switches.</p>")
         parts.append(_table(["flow", "DTNs", "whose", "neighbour NSA", "remote connection id", "inter-domain port",
                              "VLAN", "confirmed (s)", "at the end"], segments))
+    stayed = not_moved_rows(recording)
+    if stayed:
+        parts.append("<h2>Not moved, and why</h2>")
+        parts.append(f"<p>Each time a transfer sagged ({POLICY.consecutive} rate reports or more in a row below "
+                     f"{POLICY.threshold:.0%} of its booking) and no move ended it: what the controller decided "
+                     "then, with its evidence.</p>")
+        parts.append(_table(["flow", "from (s)", "to (s)", "reports", "mean rate", "the controller's verdicts"],
+                            stayed))
     parts.append("<h2>Final state</h2>")
-    parts.append(_table(["name", "kind", "DTNs", "state", "rate / booked", "path"], flow_rows(recording)))
+    parts.append("<p><em>held back by</em>: who held each transfer back when it sagged, from the controller's own "
+                 "decisions about it (the network: a congested or failed link; its hosts: every link of its path "
+                 "measured clear).</p>")
+    parts.append(_table(["name", "kind", "DTNs", "state", "rate / booked", "path", "held back by"],
+                        [(*row, held_back(recording, f.name)[1] if f.kind == "transfer" else "")
+                         for row, f in zip(flow_rows(recording), recording.flows.values(), strict=True)]))
     parts.append("<h2>Timeline of events</h2>")
     parts.append(_table(["time (s)", "kind", "details"],
                         [(f"{e.time:.1f}", e.kind, e.describe()) for e in recording.sorted_events()]))
@@ -264,6 +288,25 @@ def render_html(scenario: Scenario, recording: Recording, results: Sequence[Resu
                  "<a href='samples.jsonl'>samples.jsonl</a> (rate reports and booking samples).</p>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _scale_text(scenario: Scenario, recording: Recording) -> str:
+    scale = recording.scale or scenario.scale_bound
+    text = f"emulation scale {scale:g} (nominal rates shown; Mininet ran them x {scale:g})"
+    return f"{text}: {html.escape(recording.scale_why)}" if recording.scale_why else text
+
+
+def calibration_rows(recording: Recording) -> list[tuple[str, ...]]:
+    """Per scale tried: offered and carried (Mbit/s as emulated), each part's share, the verdict."""
+    rows = []
+    for attempt in recording.calibration:
+        per = ", ".join(f"{f.name} {f.carried_bps / f.offered_bps:.0%}" if f.offered_bps else f.name
+                        for f in attempt.flows)
+        cross = f"{attempt.cross_share:.0%}" if attempt.cross_offered_bps else "-"
+        rows.append((f"{attempt.scale:g}", f"{attempt.offered_mbps:.1f}", f"{attempt.carried_mbps:.1f}",
+                     f"{attempt.transfers_share:.0%}", cross, "fits" if attempt.fits else "does not fit", per,
+                     "; ".join(attempt.notes) or "-"))
+    return rows
 
 
 def segment_rows(recording: Recording) -> list[tuple[str, ...]]:

@@ -199,17 +199,51 @@ class Expectations(_Strict):
     nsi_segments: bool = False
 
 
+SCALE_FORMS = "a number in (0, 1] (the largest scale calibration may choose), or {fixed: X} (X, not calibrated)"
+
+
+def _emulation_scale(value: Any) -> Any:
+    """`X` or `{fixed: X}` as an `EmulationScale`, or an error naming the form."""
+    if isinstance(value, EmulationScale):
+        return value
+    calibrated = not isinstance(value, dict)
+    if not calibrated:
+        if set(value) != {"fixed"}:
+            raise PydanticCustomError("emulation_scale", f"{SCALE_FORMS}; got the keys {sorted(value)}")
+        value = value["fixed"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and 0 < value <= 1):
+        raise PydanticCustomError("emulation_scale", f"{SCALE_FORMS}; got {value!r}")
+    return {"value": value, "calibrated": calibrated}
+
+
+class EmulationScale(_Strict):
+    """The scale of a scenario: the largest calibration may choose, or a fixed one."""
+
+    value: float
+    calibrated: bool
+
+
 class Scenario(_Strict):
     """The content of one scenario file."""
 
     name: Name
     description: str = ""
     topology: str
-    emulation_scale: Annotated[float, Field(gt=0, le=1)]
+    emulation_scale: Annotated[EmulationScale, BeforeValidator(_emulation_scale)]
     agents: list[Name] = []
     duration: Annotated[float, Field(gt=0, le=86_400)] | None = None
     timeline: Annotated[list[Action], Field(min_length=1)]
     expectations: Expectations = Expectations()
+
+    @property
+    def scale_bound(self) -> float:
+        """The largest emulation scale the timeline may run at (the fixed one when fixed)."""
+        return self.emulation_scale.value
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the runner calibrates the scale to the machine (not fixed by the file)."""
+        return self.emulation_scale.calibrated
 
     @property
     def end(self) -> float:
@@ -340,7 +374,7 @@ def emulated_mbps(bps: int, scale: float) -> float:
 def check_scenario(scenario: Scenario, topology: Topology) -> list[str]:
     """`field.path: problem` for everything the schema alone cannot check."""
     problems: list[str] = []
-    scale = scenario.emulation_scale
+    scale = scenario.scale_bound
     for direction in sorted(topology.directions.values(), key=lambda d: -d.capacity)[:1] + sorted(
             topology.directions.values(), key=lambda d: d.capacity)[:1]:
         mbps = emulated_mbps(direction.capacity, scale)
