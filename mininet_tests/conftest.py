@@ -79,6 +79,36 @@ def mininet_machine() -> Iterator[None]:
     mn_clean()
 
 
+CALIBRATION = pytest.StashKey[str]()
+
+
+@pytest.fixture(scope="session")
+def rate_scale(mininet_machine, request) -> float:
+    """The scale at which the tests that assert a rate run ring8: what this machine's emulation carries,
+    measured once per session (mininet_tests/calibration.py) and said in the test output."""
+    from mininet_tests.calibration import calibrate
+
+    mn_clean()
+    try:
+        found = calibrate()
+    finally:
+        mn_clean()
+    line = found.describe()
+    request.config.stash[CALIBRATION] = line
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\n{line}")
+    return found.scale
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The emulation's calibration again at the end, beside the results it scaled."""
+    line = config.stash.get(CALIBRATION, None)
+    if line:
+        terminalreporter.write_sep("-", "emulation calibration")
+        terminalreporter.write_line(line)
+
+
 @pytest.fixture
 def clean_mininet() -> Iterator[None]:
     """Run `mn -c` after the test, whatever its outcome."""
@@ -112,16 +142,17 @@ ALL_RING8_SWITCHES = frozenset(f"s{i}" for i in range(1, 9))
 
 @contextlib.contextmanager
 def ring8_under_controller(network, tmp_path, **controller) -> Iterator[tuple[object, dict, object]]:
-    """ring8 in Mininet under a `tsdn controller` process (`ControllerProcess(**controller)`), every
-    switch connected; yields (network, CLI env, process) and stops the controller after."""
+    """ring8 in Mininet under a `tsdn controller` process (`ControllerProcess(**controller)`, at its
+    `scale`, default `SCALE`), every switch connected; yields (network, CLI env, process) and stops
+    the controller after."""
     from benchmarks.report import free_port
-    from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges
+    from mininet_tests.controlled import DEADLINE, ControllerProcess, cli_env, connected_bridges
     from tests.waiting import wait_for
 
     process = ControllerProcess(tmp_path, free_port(), **controller)
     try:
         address = process.start()
-        net = network("ring8", scale=SCALE, controller=("127.0.0.1", process.openflow_port))
+        net = network("ring8", scale=process.scale, controller=("127.0.0.1", process.openflow_port))
         wait_for(lambda: connected_bridges() >= ALL_RING8_SWITCHES, "all 8 switches to connect", DEADLINE)
         yield net, cli_env(address, tmp_path), process
     finally:

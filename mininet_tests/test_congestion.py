@@ -22,7 +22,7 @@ import pytest
 
 from benchmarks.report import free_port
 from mininet_tests.conftest import ALL_RING8_SWITCHES
-from mininet_tests.controlled import DEADLINE, SCALE, ControllerProcess, cli_env, connected_bridges, tsdn
+from mininet_tests.controlled import DEADLINE, ControllerProcess, cli_env, connected_bridges, tsdn
 from mininet_tests.traffic import start_iperf3
 from tests.waiting import wait_for
 from tsdn.demo.cross_traffic import CrossTraffic, cross_cookie
@@ -37,15 +37,16 @@ QUIET = 0.2
 
 
 @pytest.fixture
-def congestible(network, tmp_path):
-    """ring8 with cross-traffic hosts on s7 and s8, a controller process serving its map (loads);
-    yields (net, CLI env, controller, map URL, CrossTraffic)."""
+def congestible(network, tmp_path, rate_scale):
+    """ring8 with cross-traffic hosts on s7 and s8, a controller process serving its map (loads), at the
+    session's calibrated scale; yields (net, CLI env, controller, map URL, CrossTraffic)."""
     http_port = free_port()
-    controller = ControllerProcess(tmp_path, free_port(), extra=("--listen-http", f"127.0.0.1:{http_port}"))
+    controller = ControllerProcess(tmp_path, free_port(), extra=("--listen-http", f"127.0.0.1:{http_port}"),
+                                   scale=rate_scale)
     cross = None
     try:
         address = controller.start()
-        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port),
+        net = network("ring8", scale=rate_scale, controller=("127.0.0.1", controller.openflow_port),
                       cross_traffic=("s7", "s8"))
         wait_for(lambda: connected_bridges() >= ALL_RING8_SWITCHES, "all 8 switches to connect", DEADLINE)
         cross = CrossTraffic(net)
@@ -88,7 +89,7 @@ def test_cross_traffic_congests_one_direction_as_the_controller_measures_it(cong
 
     forward = direction(net, CONGESTED)
     stream = cross.start(forward, 95 * G)
-    assert stream.emulated_bps == 95_000_000  # 95G x 0.001
+    assert stream.emulated_bps == round(95 * G * net.scale)
     wait_for(lambda: loads(url)[CONGESTED] >= NEAR_CAPACITY, "the controller to measure s7 -> s8 near capacity",
              DEADLINE, interval=0.5)
     measured = loads(url)
@@ -100,7 +101,7 @@ def test_cross_traffic_congests_one_direction_as_the_controller_measures_it(cong
              "the runner's own measurement of s7 -> s8 near capacity", DEADLINE, interval=1.0)
 
     # The reservation on s1 s2 s3 keeps its traffic: a UDP stream at 80% of its booking arrives whole.
-    booked_mbps = 10_000 * SCALE
+    booked_mbps = 10_000 * net.scale
     run = start_iperf3(net.host("dtn1"), net.host("dtn3"), net.topology.dtns["dtn3"].ipv4, seconds=4,
                        offered_mbps=0.8 * booked_mbps, udp=True)
     end = run.report()["end"]["sum"]

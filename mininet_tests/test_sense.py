@@ -2,9 +2,9 @@
 (`--listen-http`, `--domain`), driven by the real `sense-o-api` client as the Rucio-SENSE DMM drives
 it. Two rules between dtn1 and dtn3, each with a /64 per site from the address pools; the DTN hosts
 get addresses in those /64s. A rule's traffic passes only once its instance is provisioned (CREATE
-- READY: every hop confirmed), each at its own metered rate measured with real UDP iperf3 (ring8's
-100G run at 100 Mbit/s: `SCALE`), follows a modify, and stops once the instance is cancelled while
-the other rule's goes on."""
+- READY: every hop confirmed), each at its own metered rate measured with real UDP iperf3 (at the
+session's calibrated scale, `rate_scale`: ring8's 100G at 100 Mbit/s where the machine carries it),
+follows a modify, and stops once the instance is cancelled while the other rule's goes on."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks.report import free_port
 from mininet_tests.conftest import ALL_RING8_SWITCHES as ALL_SWITCHES
-from mininet_tests.controlled import DEADLINE, SCALE, TOKEN, ControllerProcess, connected_bridges, tsdn_flows
+from mininet_tests.controlled import DEADLINE, TOKEN, ControllerProcess, connected_bridges, tsdn_flows
 from mininet_tests.traffic import Iperf3Run
 from tests.waiting import wait_for
 
@@ -38,14 +38,14 @@ def urn(dtn: str) -> str:
 
 
 @pytest.fixture
-def sense(network, tmp_path):
+def sense(network, tmp_path, rate_scale):
     """ring8 in Mininet under a controller serving /sense/api; yields (network, the client's request wrapper)."""
     http = free_port()
-    controller = ControllerProcess(tmp_path, free_port(), extra=("--listen-http", f"127.0.0.1:{http}",
-                                                                 "--domain", DOMAIN))
+    controller = ControllerProcess(tmp_path, free_port(), scale=rate_scale,
+                                   extra=("--listen-http", f"127.0.0.1:{http}", "--domain", DOMAIN))
     try:
         controller.start()
-        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port))
+        net = network("ring8", scale=rate_scale, controller=("127.0.0.1", controller.openflow_port))
         wait_for(lambda: connected_bridges() >= ALL_SWITCHES, "all 8 switches to connect", DEADLINE)
         base = f"http://127.0.0.1:{http}/sense/api"
         yield net, RequestWrapper(config={"AUTH_ENDPOINT": f"{base}/auth/token", "API_ENDPOINT": base,
@@ -112,15 +112,17 @@ def received_mbps(runs: dict[str, Iperf3Run]) -> dict[str, float]:
     return {name: run.report()["end"]["sum_received"]["bits_per_second"] / 1e6 for name, run in runs.items()}
 
 
-def near(measured: float, booked_mbps: int) -> bool:
-    """Within 10 % of the booking's emulated rate (Mbit/s nominal x SCALE)."""
-    expected = booked_mbps * SCALE
+def near(measured: float, booked_mbps: int, scale: float) -> bool:
+    """Within 10 % of the booking's emulated rate (Mbit/s nominal x scale)."""
+    expected = booked_mbps * scale
     print(f"{measured:.2f} Mbit/s measured, metered at {expected:g}")
     return abs(measured - expected) <= 0.1 * expected
 
 
 def test_rules_flow_only_while_provisioned_at_their_metered_rates(sense):
     net, client = sense
+    scale = net.scale
+    per_g = 1000 * scale  # Mbit/s as emulated per nominal Gbit/s
     a, b = Rule(net, client, "rule-a", 5301), Rule(net, client, "rule-b", 5302)
     assert (a.src_range, b.src_range) == ("2001:db8:8:100::/64", "2001:db8:8:101::/64")
 
@@ -137,19 +139,19 @@ def test_rules_flow_only_while_provisioned_at_their_metered_rates(sense):
         classifiers = [f for f in flows if "metadata=" not in f.split("actions=")[0]]
         assert len(flows) == 6 and len(classifiers) == 4 and all("ipv6" in f or "icmp6" in f for f in classifiers)
         wait_for(rule.pings, f"{rule.name}'s ping6 to be answered", 15)  # neighbour discovery retried
-    rates = received_mbps({"a": a.udp(60), "b": b.udp(30)})  # each above its meter, together under the NICs
-    assert near(rates["a"], 40_000) and near(rates["b"], 20_000), rates
+    rates = received_mbps({"a": a.udp(60 * per_g), "b": b.udp(30 * per_g)})  # each above its meter, under the NICs
+    assert near(rates["a"], 40_000, scale) and near(rates["b"], 20_000, scale), rates
 
     a.workflow.instance_modify(a.intent(10_000), si_uuid=a.uuid, sync="true")
     assert a.status() == "MODIFY - READY"
-    assert near(received_mbps({"a": a.udp(30)})["a"], 10_000)
+    assert near(received_mbps({"a": a.udp(30 * per_g)})["a"], 10_000, scale)
 
     a.workflow.instance_operate("cancel", si_uuid=a.uuid, sync="true", force="false")
     assert a.status() == "CANCEL - READY"
     wait_for(lambda: a.flows() == [], "rule a's flows to be removed", DEADLINE)
     assert not a.pings(), "rule a's traffic went on after its cancel"
     assert b.pings(), "rule b stopped with rule a"
-    assert near(received_mbps({"b": b.udp(30)})["b"], 20_000)
+    assert near(received_mbps({"b": b.udp(30 * per_g)})["b"], 20_000, scale)
 
     b.workflow.instance_operate("cancel", si_uuid=b.uuid, sync="true")
     for rule in (a, b):

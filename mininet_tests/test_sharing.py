@@ -14,7 +14,7 @@ import pytest
 
 from benchmarks.report import free_port
 from mininet_tests.conftest import ALL_RING8_SWITCHES, ring8_under_controller
-from mininet_tests.controlled import DEADLINE, SCALE, TOKEN, ControllerProcess, connected_bridges, tsdn
+from mininet_tests.controlled import DEADLINE, TOKEN, ControllerProcess, connected_bridges, tsdn
 from mininet_tests.test_transfer import Watch, start_agent
 from mininet_tests.traffic import start_iperf3
 from northbound.client import TsdnClient
@@ -22,13 +22,14 @@ from northbound.proto.tsdn.v1 import agent_pb2
 from tests.waiting import wait_for
 
 G = 10**9
-OFFERED_MBPS = 100 * G * SCALE / 1e6  # every flow offers a whole 100G link's worth (emulated)
+OFFERED = 100 * G  # nominal: every flow offers a whole 100G link's worth
 
 
 @pytest.fixture
-def prioritised(network, tmp_path):
-    """ring8 in Mininet under a `tsdn controller` whose service principal has priority 5."""
-    with ring8_under_controller(network, tmp_path, priority=5) as (net, env, _):
+def prioritised(network, tmp_path, rate_scale):
+    """ring8 in Mininet under a `tsdn controller` whose service principal has priority 5, at the
+    session's calibrated scale."""
+    with ring8_under_controller(network, tmp_path, priority=5, scale=rate_scale) as (net, env, _):
         yield net, env
 
 
@@ -46,7 +47,8 @@ def share(env, rid: str) -> int:
 
 def measured(net, flows: dict[str, tuple[str, str]]) -> dict[str, float]:
     """Mbit/s received of UDP iperf3 run at once for each reservation's (source, destination)."""
-    runs = {rid: start_iperf3(net.host(src), net.host(dst), net.topology.dtns[dst].ipv4, 4, OFFERED_MBPS, udp=True)
+    runs = {rid: start_iperf3(net.host(src), net.host(dst), net.topology.dtns[dst].ipv4, 4, OFFERED * net.scale / 1e6,
+                              udp=True)
             for rid, (src, dst) in flows.items()}
     return {rid: run.report()["end"]["sum_received"]["bits_per_second"] / 1e6 for rid, run in runs.items()}
 
@@ -61,14 +63,14 @@ def meters_kbps(net, switch: str) -> set[int]:
 def meters_at(net, expected: dict[str, int]) -> None:
     """Wait until each ingress switch holds a meter at its reservation's share (emulated)."""
     for switch, share_bps in expected.items():
-        kbps = int(share_bps * SCALE) // 1000
+        kbps = int(share_bps * net.scale) // 1000
         wait_for(lambda switch=switch, kbps=kbps: kbps in meters_kbps(net, switch),
                  f"{switch}'s meter at {kbps} kbit/s", DEADLINE, interval=0.2)
 
 
-def check(rates: dict[str, float], shares: dict[str, int]) -> None:
+def check(rates: dict[str, float], shares: dict[str, int], scale: float) -> None:
     for rid, rate in rates.items():
-        expected = shares[rid] * SCALE / 1e6
+        expected = shares[rid] * scale / 1e6
         print(f"{rid[:8]}: {rate:.2f} Mbit/s measured, share {expected:g}")
         assert abs(rate - expected) <= 0.1 * expected, f"{rid}: {rate:.1f} Mbit/s measured, share {expected:g}"
 
@@ -81,33 +83,33 @@ def test_elastic_shares_follow_a_guaranteed_arrival_and_departure(prioritised):
     flows = {a["id"]: ("dtn1", "dtn3"), b["id"]: ("dtn8", "dtn2")}
     wait_for(lambda: (share(env, a["id"]), share(env, b["id"])) == (30 * G, 70 * G), "the 1:3 shares", DEADLINE)
     meters_at(net, {"s1": 30 * G, "s8": 70 * G})
-    check(measured(net, flows), {a["id"]: 30 * G, b["id"]: 70 * G})
+    check(measured(net, flows), {a["id"]: 30 * G, b["id"]: 70 * G}, net.scale)
 
     c = request(env, "dtn7", "dtn2", "-b", "40G", "--no-wait")  # its admission, as announced
     assert f"{a['name']} 30G -> 20G, {b['name']} 70G -> 40G" in c["state_reason"] \
         or f"{b['name']} 70G -> 40G, {a['name']} 30G -> 20G" in c["state_reason"], c["state_reason"]
     assert (share(env, a["id"]), share(env, b["id"])) == (20 * G, 40 * G)
     meters_at(net, {"s1": 20 * G, "s8": 40 * G})
-    check(measured(net, flows), {a["id"]: 20 * G, b["id"]: 40 * G})
+    check(measured(net, flows), {a["id"]: 20 * G, b["id"]: 40 * G}, net.scale)
 
     released = tsdn(env, "path", "release", c["id"])
     assert released.returncode == 0, released.stderr
     assert (share(env, a["id"]), share(env, b["id"])) == (30 * G, 70 * G)
     meters_at(net, {"s1": 30 * G, "s8": 70 * G})
-    check(measured(net, flows), {a["id"]: 30 * G, b["id"]: 70 * G})
+    check(measured(net, flows), {a["id"]: 30 * G, b["id"]: 70 * G}, net.scale)
 
 
 SENDERS, RECEIVERS = ("dtn1", "dtn8"), ("dtn3", "dtn2")
 
 
 @pytest.fixture
-def agents(network, tmp_path):
+def agents(network, tmp_path, rate_scale):
     """ring8 under a controller whose service has priority 5, agents in the senders' and receivers' hosts."""
-    controller = ControllerProcess(tmp_path, free_port(), agents=SENDERS + RECEIVERS, priority=5)
+    controller = ControllerProcess(tmp_path, free_port(), agents=SENDERS + RECEIVERS, priority=5, scale=rate_scale)
     processes = []
     try:
         address = controller.start()
-        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port))
+        net = network("ring8", scale=rate_scale, controller=("127.0.0.1", controller.openflow_port))
         wait_for(lambda: connected_bridges() >= ALL_RING8_SWITCHES, "all 8 switches to connect", DEADLINE)
         processes.extend(start_agent(net, controller, dtn) for dtn in SENDERS + RECEIVERS)
         with TsdnClient(address, token=TOKEN) as client:

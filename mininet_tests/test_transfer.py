@@ -14,14 +14,14 @@ import threading
 import pytest
 
 from benchmarks.report import free_port
-from mininet_tests.controlled import DEADLINE, SCALE, TOKEN, TSDN, ControllerProcess, connected_bridges
+from mininet_tests.controlled import DEADLINE, TOKEN, TSDN, ControllerProcess, connected_bridges
 from northbound.client import TsdnClient
 from northbound.proto.tsdn.v1 import agent_pb2, bandwidth_pb2, transfer_pb2
 from tests.waiting import wait_for
 from tsdn.demo.cross_traffic import CrossTraffic
 
-BOOKED = 20 * 10**9  # 20 Mbit/s on the emulated links
-SIZE = 60 * 10**6  # about 25 s at the paced rate
+BOOKED = 20 * 10**9  # nominal; 20 Mbit/s on the emulated links at 0.001 (the session's calibrated scale)
+SECONDS = 25  # the transfer's size, in seconds at the booked rate (its bytes as the emulation moves them)
 CROSS = 95 * 10**9  # another tenant's traffic on s2 -> s3 (100G): 5G left, well under 80% of the booking
 
 
@@ -55,13 +55,15 @@ class Watch:
 
 
 @pytest.fixture
-def agents_ring8(network, tmp_path):
-    """ring8 controlled by a controller process, with agents running in dtn1 and dtn3."""
-    controller = ControllerProcess(tmp_path, free_port(), agents=("dtn1", "dtn3"), extra=("--agent-timeout", "3"))
+def agents_ring8(network, tmp_path, rate_scale):
+    """ring8 controlled by a controller process at the session's calibrated scale, with agents running in
+    dtn1 and dtn3."""
+    controller = ControllerProcess(tmp_path, free_port(), agents=("dtn1", "dtn3"), extra=("--agent-timeout", "3"),
+                                   scale=rate_scale)
     processes: list[subprocess.Popen] = []
     try:
         address = controller.start()
-        net = network("ring8", scale=SCALE, controller=("127.0.0.1", controller.openflow_port),
+        net = network("ring8", scale=rate_scale, controller=("127.0.0.1", controller.openflow_port),
                       cross_traffic=("s2", "s3"))
         wait_for(lambda: connected_bridges() >= {f"s{i}" for i in range(1, 9)}, "all 8 switches to connect",
                  DEADLINE)
@@ -79,7 +81,8 @@ def agents_ring8(network, tmp_path):
 
 def test_a_transfer_moves_off_a_congested_link_and_its_rate_recovers(agents_ring8):
     net, client, _ = agents_ring8
-    transfer = client.start_transfer("dtn1", "dtn3", BOOKED, size=SIZE, streams=2)
+    size = int(BOOKED * net.scale / 8 * SECONDS)
+    transfer = client.start_transfer("dtn1", "dtn3", BOOKED, size=size, streams=2)
     watch = Watch(client, transfer.name)
 
     wait_for(lambda: len(watch.rates()) >= 3, "three rate reports from the sender", DEADLINE)
@@ -109,7 +112,7 @@ def test_a_transfer_moves_off_a_congested_link_and_its_rate_recovers(agents_ring
              "the transfer to end", 120)
     done = client.get_transfer(transfer.name)
     assert done.state == transfer_pb2.TRANSFER_SUCCEEDED, done.reason
-    assert done.rate.bytes_total >= SIZE
+    assert done.rate.bytes_total >= size
     assert client.get_reservation(done.reservation).state == bandwidth_pb2.RELEASED
 
 

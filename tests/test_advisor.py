@@ -277,3 +277,27 @@ def test_the_load_feed_gives_the_book_the_switches_loads_and_logs_each_verdict(e
     assert [r.getMessage() for r in caplog.records] == [
         "link direction congested: s2:1->s3:2 at 99% of 100G, 99G not the controller's",
         "link direction clear again: s2:1->s3:2 at 10% of 100G, 10G not the controller's"]
+
+
+def test_another_dtns_congested_access_link_does_not_keep_a_reservation_on_a_congested_link(env):
+    """A DTN's access link judged congested is no link a path can avoid: it must not make every other
+    move impossible (it was put in the move's exclusions, which path finding refused as no link)."""
+    r = active(env, bandwidth=25 * G)
+    dtn5_down = env.topology.access("dtn5")[1].id  # s5 -> dtn5: another DTN's traffic, not r's
+    now = tick(env, r, 8 * G, {S2_S3: 98 * G, dtn5_down: 99 * G}, times=3)
+    assert env.book.rerouter.watch.congested(dtn5_down)
+    assert "dtn5" not in env.book.rerouter.watch.congested_links()
+    assert now.state is State.MOVING, now.reason
+    assert now.reason.startswith(f"congested: achieved 8G of 25G booked for 3 reports; congested: {S2_S3} at 98%")
+
+
+def test_a_transfers_own_traffic_counted_over_a_shifted_second_is_not_another_tenants(env):
+    """A DTN link booked to its last bit: the switches' second caught more of the transfer than its last
+    report says (its rate moved between two reports). That is no congestion."""
+    r = active(env, "dtn1", "dtn3", bandwidth=100 * G)
+    up = env.topology.access("dtn1")[0].id  # dtn1 -> s1, its 100G NIC
+    tick(env, r, 97 * G, {up: 97 * G, "s1:1->s2:2": 97 * G, S2_S3: 97 * G})
+    tick(env, r, 86 * G, {up: 97 * G, "s1:1->s2:2": 97 * G, S2_S3: 97 * G}, times=2)  # counted: the faster one
+    assert not env.book.rerouter.watch.congested(up), env.book.rerouter.watch.condition(up).describe()
+    tick(env, r, 86 * G, {up: 99 * G, "s1:1->s2:2": 99 * G, S2_S3: 99 * G})  # 99G is more than 2 x 86G reports
+    assert env.book.rerouter.watch.congested(up)

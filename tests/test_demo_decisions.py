@@ -13,10 +13,10 @@ from tests.switched import RUCIO, G, active, confirm, switched_ring8
 from tests.test_advisor import mesh, tick
 from tests.test_decisions import EVERY_KIND
 from tests.test_scenarios import SMOKE, write
-from tsdn.demo.expectations import moves
-from tsdn.demo.report import reroute_rows
 from tsdn.demo.emulation import Emulation
+from tsdn.demo.expectations import moves
 from tsdn.demo.player import Player
+from tsdn.demo.report import reroute_rows
 from tsdn.demo.runner import new_recording
 from tsdn.demo.scenario import load_scenario
 

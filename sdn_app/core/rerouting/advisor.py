@@ -64,6 +64,7 @@ class _Track:
     after: list[float] = field(default_factory=list)
     last_rate: float | None = None
     last_rate_time: float = 0.0
+    previous_rate: float | None = None  # the report before the last one
     health: Health = Health()
 
 
@@ -95,6 +96,7 @@ class RateAdvisor:
                 health: Health | None = None) -> Underperforming | AfterMove | None:
         """Take one report; what it calls for, if anything."""
         track = self._tracks.setdefault(reservation_id, _Track())
+        track.previous_rate = track.last_rate
         track.last_rate, track.last_rate_time, track.health = achieved_bps, now, health or Health()
         if track.before_move is not None:
             track.after.append(achieved_bps)
@@ -116,11 +118,15 @@ class RateAdvisor:
         return Underperforming(reservation_id, sum(track.low) / len(track.low), booked_bps, track.health)
 
     def recent_rate(self, reservation_id: str, now: float) -> float | None:
-        """The rate last reported for the reservation, if within the last few seconds."""
+        """What the reservation sends now, as reported within the last few seconds: the larger of its
+        last two reports. The switches' counters cover a second of their own, which straddles two of
+        the agent's: a transfer whose rate moved between them would otherwise leave part of its own
+        traffic counted as another tenant's (seen: a DTN link booked to its last bit judged
+        congested by 5% that was the transfer's own)."""
         track = self._tracks.get(reservation_id)
         if track is None or track.last_rate is None or now - track.last_rate_time > RECENT:
             return None
-        return track.last_rate
+        return max(track.last_rate, track.previous_rate or 0.0)
 
     def moved(self, reservation_id: str, now: float, before_bps: float | None = None,
               left_links: frozenset[str] = frozenset(), counted: bool = True) -> None:

@@ -96,8 +96,9 @@ class LinkWatch:
         return condition is not None and condition.congested
 
     def congested_links(self) -> set[str]:
-        """Links with at least one congested direction."""
-        return {c.link for c in self._conditions.values() if c.congested}
+        """Links between switches with at least one congested direction: the ones another path can
+        avoid (a congested DTN access link is its own reservations' concern, `Why.ACCESS`)."""
+        return {c.link for c in self._conditions.values() if c.congested and c.link in self.topology.link_directions}
 
     def conditions(self) -> list[Condition]:
         """Every measured direction's verdict."""
