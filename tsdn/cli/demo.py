@@ -11,12 +11,18 @@ from tsdn.demo.scenario import DEFAULT_SCENARIO, SCENARIO_DIR
 from tsdn.output import EXIT_BAD_INPUT
 
 EPILOG = f"""\
+Before the timeline the scale is calibrated: the scenario's heaviest moment is played for a few
+seconds and the largest scale of the ladder (emulation_scale x 1, 3/4, 1/2, ... 1/16) that this
+machine's emulation carries is chosen, saying what it measured.
+
 Exit codes: 0 every expectation held; 1 one failed (the output says which, measured against
 expected); 2 the scenario file is bad (nothing is started); 3 the demo could not be set up
-(not root, Open vSwitch not running: run scripts/bootstrap.sh); 130 interrupted (Ctrl-C still
-tears everything down and writes the report of what ran).
+(not root, Open vSwitch not running or not ready: run scripts/bootstrap.sh; or this machine is
+too slow for the scenario even at the smallest scale, with what it carried); 130 interrupted
+(Ctrl-C still tears everything down and writes the report of what ran).
 
-Scenarios shipped in {SCENARIO_DIR}: sc16-terabit (default), ring-reroute, smoke.
+Scenarios shipped in {SCENARIO_DIR}: sc16-terabit (default), sc16-nsi, ring-reroute,
+host-limited, smoke.
 The format: docs/scenarios.md.
 """
 
