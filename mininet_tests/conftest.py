@@ -95,9 +95,8 @@ def rate_scale(mininet_machine, request) -> float:
         mn_clean()
     line = found.describe()
     request.config.stash[CALIBRATION] = line
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"\n{line}")
+    with request.config.pluginmanager.getplugin("capturemanager").global_and_fixture_disabled():
+        print(f"\n{line}")
     return found.scale
 
 
