@@ -161,7 +161,7 @@ class CrossTraffic:
         except Exception:
             for process in (client, server):
                 if process is not None:
-                    _end(process)
+                    stop_process(process)
             if not any(s.direction.link == direction.link for s in self.streams.values()):
                 self._remove(direction.link)
             raise
@@ -188,7 +188,7 @@ class CrossTraffic:
         if stream is None:
             return None
         for process in (stream.client, stream.server):
-            _end(process)
+            stop_process(process)
         self._counters.pop(direction.id, None)
         if not any(s.direction.link == direction.link for s in self.streams.values()):
             self._remove(direction.link)
@@ -222,11 +222,13 @@ class CrossTraffic:
         return rates
 
 
-def _end(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+def stop_process(process: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(grace)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sdn_app.core.errors import FailedPrecondition
-from tsdn.demo.cross_traffic import CrossTraffic
+from tsdn.demo.cross_traffic import CrossTraffic, stop_process
 from tsdn.demo.scenario import CongestLinkAction, LoadedScenario
 
 SETUP_DEADLINE = 45.0  # seconds for the controller, the switches and the agents each
@@ -82,18 +81,6 @@ def port_is_free(address: str) -> bool:
 def tsdn_command() -> list[str]:
     """How to run the `tsdn` CLI of this very installation (also inside Mininet hosts)."""
     return [sys.executable, "-m", "tsdn"]
-
-
-def stop_process(process: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after 10 s."""
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
 
 
 class Emulation:
@@ -196,7 +183,7 @@ class Emulation:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                    start_new_session=True)
         self.controller = process
-        self._stack.callback(stop_process, process)
+        self._stack.callback(stop_process, process, 10.0)
         lines: queue.Queue = queue.Queue()
 
         def read() -> None:
@@ -279,6 +266,6 @@ class Emulation:
         """Agents first (their hosts vanish with Mininet), then the cross traffic, Mininet and the
         controller: the stack unwinds in reverse order of start."""
         for process in list(self.agents.values()):
-            stop_process(process)
+            stop_process(process, 10.0)
         self.agents.clear()
         self._stack.close()
